@@ -1,0 +1,186 @@
+//! The C ABI shared by every op. cbindgen reads this file: what is `pub` and
+//! `#[repr(C)]` here ends up in the generated cdef manifest Python uses.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Most dimensions a `TensorDesc` holds.
+pub const CUTILE_MAX_DIMS: i32 = 5;
+
+pub const CUTILE_DTYPE_F32: i32 = 0;
+pub const CUTILE_DTYPE_F16: i32 = 1;
+pub const CUTILE_DTYPE_BF16: i32 = 2;
+pub const CUTILE_DTYPE_I32: i32 = 3;
+pub const CUTILE_DTYPE_I64: i32 = 4;
+pub const CUTILE_DTYPE_F8E5M2: i32 = 5;
+pub const CUTILE_DTYPE_F4E2M1FNX2: i32 = 6;
+pub const CUTILE_DTYPE_F8E4M3FN: i32 = 7;
+
+pub const CUTILE_OK: i32 = 0;
+pub const CUTILE_ERR_UNSUPPORTED_DTYPE: i32 = -2;
+pub const CUTILE_ERR_LAUNCH_FAILED: i32 = -3;
+pub const CUTILE_ERR_DEVICE_INIT: i32 = -4;
+pub const CUTILE_ERR_NULL_POINTER: i32 = -5;
+pub const CUTILE_ERR_INVALID_ARGUMENT: i32 = -6;
+/// A Rust panic was caught at the ABI boundary.
+pub const CUTILE_ERR_PANIC: i32 = -7;
+/// The Tile IR toolchain (tileiras, ptxas, libNVVM) failed to compile a kernel.
+pub const CUTILE_ERR_COMPILE_FAILED: i32 = -8;
+
+/// A strided tensor as Python hands it over: `ptr` is a device address,
+/// `shape` and `strides` (in elements) are valid for the first `ndim` entries.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TensorDesc {
+    pub ptr: u64,
+    pub ndim: i32,
+    pub shape: [i64; 5],
+    pub strides: [i64; 5],
+    pub dtype: i32,
+}
+
+const _: () = assert!(CUTILE_MAX_DIMS as usize * 8 == std::mem::size_of::<[i64; 5]>());
+const _: () = assert!(std::mem::size_of::<TensorDesc>() == 104);
+
+/// An error an op reports through its status code and `cutile_last_error`.
+#[derive(Debug)]
+pub struct OpError {
+    pub code: i32,
+    pub message: String,
+}
+
+impl OpError {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(CUTILE_ERR_INVALID_ARGUMENT, message)
+    }
+}
+
+pub type OpResult<T> = Result<T, OpError>;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(message: &str) {
+    // Interior NULs would truncate the C string; replace them.
+    let clean = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = clean);
+}
+
+/// Runs an op's body at the ABI boundary: a returned error or a panic becomes
+/// a status code and a message for `cutile_last_error`, never an unwind into C.
+pub fn ffi_guard(body: impl FnOnce() -> OpResult<()>) -> i32 {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => {
+            set_last_error("");
+            CUTILE_OK
+        }
+        Ok(Err(err)) => {
+            set_last_error(&err.message);
+            err.code
+        }
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic payload".to_string());
+            set_last_error(&format!("internal error (Rust panic caught at the C ABI): {what}"));
+            CUTILE_ERR_PANIC
+        }
+    }
+}
+
+/// The message of the last failed call on this thread ("" after a success).
+/// The pointer stays valid until the next op call on the same thread.
+#[no_mangle]
+pub extern "C" fn cutile_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Element types a kernel may see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+}
+
+impl DType {
+    pub fn from_code(code: i32) -> OpResult<Self> {
+        match code {
+            CUTILE_DTYPE_F32 => Ok(Self::F32),
+            CUTILE_DTYPE_F16 => Ok(Self::F16),
+            CUTILE_DTYPE_BF16 => Ok(Self::BF16),
+            other => Err(OpError::new(
+                CUTILE_ERR_UNSUPPORTED_DTYPE,
+                format!("unsupported dtype code {other}: expected float32 (0), float16 (1) or bfloat16 (2)"),
+            )),
+        }
+    }
+    /// The name cutile's JIT takes as a generic argument.
+    pub fn jit_name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::BF16 => "bf16",
+        }
+    }
+}
+
+/// A `TensorDesc` checked for the kernels' i32 index space.
+#[derive(Clone, Debug)]
+pub struct CheckedTensor {
+    pub ptr: u64,
+    pub dtype: DType,
+    pub shape: Vec<i32>,
+    pub strides: Vec<i32>,
+}
+
+/// Reads and validates a descriptor pointer from C.
+///
+/// # Safety
+/// `desc` must be null or point to a readable `TensorDesc`.
+pub unsafe fn read_desc(desc: *const TensorDesc, name: &str) -> OpResult<CheckedTensor> {
+    if desc.is_null() {
+        return Err(OpError::new(CUTILE_ERR_NULL_POINTER, format!("{name}: TensorDesc pointer is null")));
+    }
+    let d = unsafe { *desc };
+    if d.ndim < 1 || d.ndim > CUTILE_MAX_DIMS {
+        return Err(OpError::invalid(format!(
+            "{name}: ndim {} is outside 1..={CUTILE_MAX_DIMS}",
+            d.ndim
+        )));
+    }
+    let dtype = DType::from_code(d.dtype)?;
+    let n = d.ndim as usize;
+    let to_i32 = |v: i64, what: &str| -> OpResult<i32> {
+        i32::try_from(v).map_err(|_| {
+            OpError::invalid(format!("{name}: {what} {v} does not fit the kernels' 32-bit index type"))
+        })
+    };
+    let mut shape = Vec::with_capacity(n);
+    let mut strides = Vec::with_capacity(n);
+    for i in 0..n {
+        if d.shape[i] < 0 {
+            return Err(OpError::invalid(format!("{name}: negative size {} in dim {i}", d.shape[i])));
+        }
+        if d.strides[i] < 0 {
+            return Err(OpError::invalid(format!("{name}: negative stride {} in dim {i}", d.strides[i])));
+        }
+        shape.push(to_i32(d.shape[i], "size")?);
+        strides.push(to_i32(d.strides[i], "stride")?);
+    }
+    let numel: i64 = d.shape[..n].iter().product();
+    if numel > 0 && d.ptr == 0 {
+        return Err(OpError::new(CUTILE_ERR_NULL_POINTER, format!("{name}: data pointer is null")));
+    }
+    // The furthest element must be addressable with i32 element offsets.
+    let extent: i64 = d.shape[..n].iter().zip(&d.strides[..n]).map(|(s, st)| (s - 1).max(0) * st).sum();
+    to_i32(extent, "largest element offset")?;
+    Ok(CheckedTensor { ptr: d.ptr, dtype, shape, strides })
+}

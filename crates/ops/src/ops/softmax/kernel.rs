@@ -1,0 +1,80 @@
+//! The softmax device kernels. One CTA owns `BM` rows of the output.
+//!
+//! Loads go through a partition view padded with -inf, so lanes past the end
+//! of a row add exp(-inf) = 0 to the sum and never win the max (the upstream
+//! example padded with zero, which is wrong whenever N is not a multiple of BN).
+//! Math is float32 whatever the storage type; exponentials are exp2 of
+//! log2(e)-scaled inputs.
+
+#[cutile::module]
+pub mod softmax_kernels {
+    use cutile::core::*;
+
+    /// Whole row in one tile (N <= BN): one read, one write.
+    #[cutile::entry()]
+    fn softmax_row_tile<E: ElementType, const BM: i32, const BN: i32>(
+        y: &mut Tensor<E, { [BM, -1] }>,
+        x: &Tensor<E, { [-1, -1] }>,
+    ) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let log2e: Tile<f32, { [BM, BN] }> = constant(1.4426950408889634f32, shape![BM, BN]);
+        let xp: Partition<E, { [BM, BN] }> = unsafe {
+            make_partition_view(x, shape![BM, BN], padding::NegInf, dim_map::Identity, x.token())
+        };
+        let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, 0i32]);
+        let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
+        let t: Tile<f32, { [BM, BN] }> = t * log2e;
+        let row_max: Tile<f32, { [BM] }> = reduce_max(t, 1);
+        let row_max: Tile<f32, { [BM, 1] }> = row_max.reshape(shape![BM, 1]);
+        let p: Tile<f32, { [BM, BN] }> = exp2(t - row_max.broadcast(shape![BM, BN]), ftz::Disabled);
+        let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1);
+        let row_sum: Tile<f32, { [BM, 1] }> = row_sum.reshape(shape![BM, 1]);
+        let out: Tile<f32, { [BM, BN] }> = true_div(p, row_sum.broadcast(shape![BM, BN]));
+        let out: Tile<E, { [BM, BN] }> = convert_tile(out);
+        let mut yp = y.partition_mut(shape![BM, BN]);
+        yp.store(out, [0i32, 0i32]);
+    }
+
+    /// Rows longer than one tile: a first pass keeps an online max and a
+    /// rescaled sum over the row's tiles, a second pass writes exp2(x - max) / sum.
+    #[cutile::entry()]
+    fn softmax_row_loop<E: ElementType, const BM: i32, const BN: i32>(
+        y: &mut Tensor<E, { [BM, -1] }>,
+        x: &Tensor<E, { [-1, -1] }>,
+    ) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let log2e: Tile<f32, { [BM, BN] }> = constant(1.4426950408889634f32, shape![BM, BN]);
+        let xp: Partition<E, { [BM, BN] }> = unsafe {
+            make_partition_view(x, shape![BM, BN], padding::NegInf, dim_map::Identity, x.token())
+        };
+        // A finite start keeps exp2(m_old - m_new) finite when a whole tile is -inf.
+        let mut m: Tile<f32, { [BM, 1] }> = constant(-3.4028234663852886e38f32, shape![BM, 1]);
+        let mut l: Tile<f32, { [BM, 1] }> = constant(0.0f32, shape![BM, 1]);
+        for j in 0i32..num_tiles(&xp, 1) {
+            let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, j]);
+            let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
+            let t: Tile<f32, { [BM, BN] }> = t * log2e;
+            let tile_max: Tile<f32, { [BM] }> = reduce_max(t, 1);
+            let tile_max: Tile<f32, { [BM, 1] }> = tile_max.reshape(shape![BM, 1]);
+            let m_new: Tile<f32, { [BM, 1] }> = max_tile(m, tile_max);
+            let p: Tile<f32, { [BM, BN] }> = exp2(t - m_new.broadcast(shape![BM, BN]), ftz::Disabled);
+            let tile_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1);
+            let tile_sum: Tile<f32, { [BM, 1] }> = tile_sum.reshape(shape![BM, 1]);
+            let alpha: Tile<f32, { [BM, 1] }> = exp2(m - m_new, ftz::Disabled);
+            l = l * alpha + tile_sum;
+            m = m_new;
+        }
+        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
+        let inv_l: Tile<f32, { [BM, BN] }> = true_div(one, l).broadcast(shape![BM, BN]);
+        let m_b: Tile<f32, { [BM, BN] }> = m.broadcast(shape![BM, BN]);
+        let mut yp = y.partition_mut(shape![BM, BN]);
+        for j in 0i32..num_tiles(&yp, 1) {
+            let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, j]);
+            let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
+            let t: Tile<f32, { [BM, BN] }> = t * log2e;
+            let out: Tile<f32, { [BM, BN] }> = exp2(t - m_b, ftz::Disabled) * inv_l;
+            let out: Tile<E, { [BM, BN] }> = convert_tile(out);
+            yp.store(out, [0i32, j]);
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! Host side of softmax: validates the views and enqueues one kernel on the
+//! caller's stream without waiting for it.
+
+use super::kernel::softmax_kernels;
+use crate::abi::{CheckedTensor, DType, OpError, OpResult};
+use crate::runtime;
+use cutile::half::{bf16, f16};
+use cutile::prelude::*;
+
+/// Largest tile edge we compile; tiles are powers of two.
+pub const MAX_BLOCK: i32 = 1 << 16;
+
+pub fn softmax(
+    x: &CheckedTensor,
+    y: &CheckedTensor,
+    block_m: i32,
+    block_n: i32,
+    device: i32,
+    stream: u64,
+) -> OpResult<()> {
+    if x.shape.len() != 2 || y.shape.len() != 2 {
+        return Err(OpError::invalid(format!(
+            "softmax takes 2-D [rows, cols] views, got x with {} dims and y with {}",
+            x.shape.len(),
+            y.shape.len()
+        )));
+    }
+    if x.shape != y.shape {
+        return Err(OpError::invalid(format!("x shape {:?} differs from y shape {:?}", x.shape, y.shape)));
+    }
+    if x.dtype != y.dtype {
+        return Err(OpError::invalid(format!("x dtype {:?} differs from y dtype {:?}", x.dtype, y.dtype)));
+    }
+    let (m, n) = (x.shape[0], x.shape[1]);
+    if y.strides != [n, 1] {
+        return Err(OpError::invalid(format!("y must be contiguous (strides [{n}, 1]), got {:?}", y.strides)));
+    }
+    if n > 1 && x.strides[1] != 1 {
+        return Err(OpError::invalid(format!("x must have unit stride along the softmax dim, got {:?}", x.strides)));
+    }
+    if m > 1 && x.strides[0] < n {
+        return Err(OpError::invalid(format!("x rows overlap: row stride {} < row length {n}", x.strides[0])));
+    }
+    for (name, b) in [("block_m", block_m), ("block_n", block_n)] {
+        if b < 1 || b > MAX_BLOCK || b & (b - 1) != 0 {
+            return Err(OpError::invalid(format!("{name} = {b}: must be a power of two in 1..={MAX_BLOCK}")));
+        }
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let ctx = runtime::context(device)?;
+    let stream = runtime::borrow_stream(&ctx, stream);
+    match x.dtype {
+        DType::F32 => launch::<f32>(&ctx, &stream, x, y, block_m, block_n),
+        DType::F16 => launch::<f16>(&ctx, &stream, x, y, block_m, block_n),
+        DType::BF16 => launch::<bf16>(&ctx, &stream, x, y, block_m, block_n),
+    }
+}
+
+fn launch<T: cutile::DType>(
+    ctx: &Arc<Context>,
+    stream: &Arc<cuda_core::Stream>,
+    x: &CheckedTensor,
+    y: &CheckedTensor,
+    block_m: i32,
+    block_n: i32,
+) -> OpResult<()> {
+    let n = x.shape[1];
+    // SAFETY: torch owns both allocations and keeps them alive while the work
+    // it ordered on `stream` runs; y is a fresh output nobody else writes.
+    let xt = unsafe { Tensor::<T>::borrow_raw_parts(x.ptr, ctx.clone(), x.shape.clone(), x.strides.clone()) };
+    let mut yt = unsafe { Tensor::<T>::borrow_raw_parts(y.ptr, ctx.clone(), y.shape.clone(), y.strides.clone()) };
+    let generics = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
+    let rows = (&mut yt).partition([block_m as usize, n as usize]);
+    // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
+    let result = if n <= block_n {
+        unsafe { softmax_kernels::softmax_row_tile(rows, &xt).generics(generics).async_on(stream) }.map(|_| ())
+    } else {
+        unsafe { softmax_kernels::softmax_row_loop(rows, &xt).generics(generics).async_on(stream) }.map(|_| ())
+    };
+    result.map_err(|e| runtime::launch_error("softmax", e))
+}
