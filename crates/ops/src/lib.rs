@@ -7,6 +7,7 @@
 //! cdef generator reads).
 
 pub mod abi;
+pub mod probe;
 pub mod runtime;
 
 include!(concat!(env!("OUT_DIR"), "/ops.rs"));

@@ -1,0 +1,165 @@
+"""Softmax throughput against the peers a user has, in one process on the same inputs.
+
+    python benchmarks/softmax_bench.py [--quick]
+
+Prints a markdown table: GB/s = 2 * M * N * element size / kernel time (one
+read, one write), timed with triton.testing.do_bench (L2 flushed between runs)
+when Triton is installed, else CUDA events; and our ratio to the best peer.
+Peers: torch.softmax, a Triton one-row-per-program softmax, and cuTile Python
+through TileGym (`tilegym.ops.softmax`, backend "cutile") when importable.
+Then host time per call on a 1x256 tensor, and first-call latency (JIT
+included) in a fresh process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any, Callable
+
+import torch
+
+import tilegym_cutile_rs
+
+BRIEF_SHAPES = [(8192, 256), (8192, 1024), (8192, 4096), (2048, 32768)]
+TILEGYM_SHAPES = [(256, 256), (256, 2048), (256, 32768), (256, 9), (256, 1009)]
+
+
+def _triton_softmax() -> Callable[[torch.Tensor], torch.Tensor] | None:
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def kernel(y_ptr, x_ptr, x_row_stride, y_row_stride, n_cols, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+        x = x - tl.max(x, axis=0)
+        num = tl.exp(x)
+        y = num / tl.sum(num, axis=0)
+        tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        m, n = x.shape
+        y = torch.empty_like(x)
+        block = triton.next_power_of_2(n)
+        warps = 4 if block <= 2048 else (8 if block <= 8192 else 16)
+        kernel[(m,)](y, x, x.stride(0), y.stride(0), n, BLOCK=block, num_warps=warps)
+        return y
+
+    return run
+
+
+def _tilegym_cutile() -> Callable[[torch.Tensor], torch.Tensor] | None:
+    try:
+        import tilegym
+
+        tilegym.set_backend("cutile")
+        fn = tilegym.ops.softmax
+        fn(torch.randn(4, 64, device="cuda"))
+    except Exception as exc:  # noqa: BLE001 - any failure means the peer is unavailable here
+        print(f"(cuTile Python via TileGym unavailable: {type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+    return fn
+
+
+def _timer() -> Callable[[Callable[[], Any]], float]:
+    try:
+        from triton.testing import do_bench
+
+        return lambda fn: do_bench(fn, warmup=25, rep=100)
+    except ImportError:
+
+        def events(fn: Callable[[], Any]) -> float:
+            for _ in range(5):
+                fn()
+            times = []
+            for _ in range(20):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            return statistics.median(times)
+
+        return events
+
+
+def throughput(quick: bool) -> None:
+    peers: dict[str, Callable[[torch.Tensor], torch.Tensor] | None] = {
+        "torch": lambda x: torch.softmax(x, -1),
+        "triton": _triton_softmax(),
+        "cutile-python": _tilegym_cutile(),
+    }
+    peers = {k: v for k, v in peers.items() if v is not None}
+    bench = _timer()
+    cols = ["M x N", "dtype", *peers, "ours", "ours / best peer"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + " --- |" * len(cols))
+    shapes = BRIEF_SHAPES[:2] if quick else BRIEF_SHAPES + TILEGYM_SHAPES
+    for m, n in shapes:
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            if dtype is torch.float16 and (m, n) in BRIEF_SHAPES:
+                continue
+            x = torch.randn(m, n, device="cuda", dtype=dtype)
+            gbs = {}
+            for name, fn in [*peers.items(), ("ours", tilegym_cutile_rs.softmax)]:
+                ms = bench(lambda fn=fn: fn(x))
+                gbs[name] = 2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
+            best = max(v for k, v in gbs.items() if k != "ours")
+            row = [f"{m} x {n}", str(dtype).replace("torch.", ""), *(f"{gbs[k]:.0f}" for k in peers), f"{gbs['ours']:.0f}", f"{gbs['ours'] / best:.2f}"]
+            print("| " + " | ".join(row) + " |")
+
+
+def host_overhead(calls: int = 20000) -> None:
+    x = torch.randn(1, 256, device="cuda")
+    results = {}
+    for name, fn in [("torch.softmax", lambda: torch.softmax(x, -1)), ("ours", lambda: tilegym_cutile_rs.softmax(x))]:
+        for _ in range(100):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        results[name] = (time.perf_counter() - t0) / calls * 1e6
+    print(f"\nhost time per call, 1x256 f32 ({calls} calls): torch.softmax {results['torch.softmax']:.1f} us, "
+          f"ours {results['ours']:.1f} us, ratio {results['ours'] / results['torch.softmax']:.2f}")
+
+
+def first_call() -> None:
+    code = textwrap.dedent(
+        """
+        import time, torch, tilegym_cutile_rs
+        x = torch.randn(1000, 1000, device="cuda"); torch.cuda.synchronize()
+        t0 = time.perf_counter(); tilegym_cutile_rs.softmax(x); torch.cuda.synchronize()
+        t1 = time.perf_counter(); tilegym_cutile_rs.softmax(x); torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        print(f"{(t1 - t0) * 1e3:.0f} {(t2 - t1) * 1e3:.2f}")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    print(f"first call in a fresh process (1000x1000 f32, JIT included): {out[0]} ms; second call {out[1]} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="two shapes only")
+    args = parser.parse_args()
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
+    throughput(args.quick)
+    host_overhead()
+    first_call()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Torch tensors to TensorDesc, and status codes to exceptions. Every constant
+comes from the generated cdef manifest (cffi lib), none is typed in here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _library
+from .errors import CutileError, DeviceError, InternalError, KernelLaunchError, ToolchainError
+
+
+def _dtype_codes(lib: Any) -> dict[Any, int]:
+    import torch
+
+    return {
+        torch.float32: lib.CUTILE_DTYPE_F32,
+        torch.float16: lib.CUTILE_DTYPE_F16,
+        torch.bfloat16: lib.CUTILE_DTYPE_BF16,
+    }
+
+
+def tensor_desc(t: Any) -> Any:
+    """A `TensorDesc *` describing `t` (kept alive by the returned cdata)."""
+    lib = _library.library()
+    ffi = _library.ffi()
+    code = _dtype_codes(lib).get(t.dtype)
+    if code is None:
+        raise TypeError(f"dtype {t.dtype} has no kernel; use float32, float16 or bfloat16")
+    if t.dim() > lib.CUTILE_MAX_DIMS:
+        raise ValueError(f"{t.dim()} dims exceed the {lib.CUTILE_MAX_DIMS} a TensorDesc holds")
+    desc = ffi.new("TensorDesc *")
+    desc.ptr = t.data_ptr()
+    desc.ndim = t.dim()
+    for i, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        desc.shape[i] = size
+        desc.strides[i] = stride
+    desc.dtype = code
+    return desc
+
+
+def check_status(status: int, op: str) -> None:
+    """Raise the exception a non-zero status stands for, with the library's message."""
+    lib = _library.library()
+    if status == lib.CUTILE_OK:
+        return
+    message = f"{op}: {_library.last_error()}"
+    exc: type[Exception]
+    if status in (lib.CUTILE_ERR_INVALID_ARGUMENT, lib.CUTILE_ERR_NULL_POINTER):
+        exc = ValueError
+    elif status == lib.CUTILE_ERR_UNSUPPORTED_DTYPE:
+        exc = TypeError
+    elif status == lib.CUTILE_ERR_DEVICE_INIT:
+        exc = DeviceError
+    elif status == lib.CUTILE_ERR_COMPILE_FAILED:
+        exc = ToolchainError
+    elif status == lib.CUTILE_ERR_LAUNCH_FAILED:
+        exc = KernelLaunchError
+    elif status == lib.CUTILE_ERR_PANIC:
+        exc = InternalError
+    else:
+        exc = CutileError
+    raise exc(message)

@@ -1,0 +1,34 @@
+"""Per-device facts the ops need, computed once per device."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from . import _toolchain
+
+
+@functools.lru_cache(maxsize=None)
+def prepare(index: int) -> tuple[int, int]:
+    """Check the toolchain can target device `index`; return its (major, minor) capability."""
+    import torch
+
+    capability = torch.cuda.get_device_capability(index)
+    _toolchain.require_arch(_toolchain.configure(), capability)
+    return capability
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def check_cuda_tensor(x: Any, op: str) -> None:
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{op} takes a torch.Tensor, got {type(x).__name__}")
+    if x.device.type != "cuda":
+        raise ValueError(f"{op} runs on CUDA tensors; x is on {x.device}. Move it first: x.cuda()")

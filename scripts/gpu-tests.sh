@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The GPU job: install the wheel, check the machine, run the GPU tests (zero
+# skips allowed) and the benchmark. The same script runs in the self-hosted
+# GPU workflow and, unchanged, on a GPU machine with no network:
+#
+#   scripts/gpu-tests.sh WHEELHOUSE [TILEIRAS_KIT]
+#
+#   WHEELHOUSE    directory with tilegym_cutile_rs-*.whl and any dependency the
+#                 machine lacks (cffi, pycparser, pytest, ...); pip never goes online.
+#   TILEIRAS_KIT  the toolchain, as the .tar.xz from pack-tileiras-kit.sh or an
+#                 unpacked nvidia/cu13 directory. Without it, the wheelhouse
+#                 must hold the [tileiras] extra's NVIDIA wheels.
+#
+# Results (junit.xml, check.json, benchmark.md) go to $RESULTS_DIR (default gpu-results).
+set -euo pipefail
+wheelhouse=${1:?usage: scripts/gpu-tests.sh WHEELHOUSE [TILEIRAS_KIT]}
+kit=${2:-}
+python=${PYTHON:-python3}
+results=${RESULTS_DIR:-gpu-results}
+here=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$results"
+export PYTHONUNBUFFERED=1
+
+spec=tilegym-cutile-rs
+if [[ -n $kit ]]; then
+  if [[ -f $kit ]]; then
+    dest=${KIT_DIR:-/opt/tileiras}
+    mkdir -p "$dest"
+    tar xJf "$kit" -C "$dest"
+    kit=$dest/nvidia/cu13
+  fi
+  export CUTILE_TILEIRAS_PATH=$kit/bin/tileiras
+else
+  spec="tilegym-cutile-rs[tileiras]"
+fi
+
+echo "== install from $wheelhouse"
+"$python" -m pip install --no-index --find-links "$wheelhouse" --upgrade --force-reinstall --no-deps "$wheelhouse"/tilegym_cutile_rs-*.whl
+"$python" -m pip install --no-index --find-links "$wheelhouse" "$spec" pytest
+
+echo "== check"
+if "$python" -c "import tilegym_cutile_rs.check" 2>/dev/null; then
+  "$python" -m tilegym_cutile_rs.check
+  "$python" -m tilegym_cutile_rs.check --json > "$results/check.json"
+fi
+
+echo "== GPU tests"
+cd "$here"
+status=0
+"$python" -m pytest -m gpu tests -ra -q --junitxml="$results/junit.xml" || status=$?
+skipped=$("$python" -c "import sys, xml.etree.ElementTree as ET; r = ET.parse(sys.argv[1]).getroot(); s = r if r.tag == 'testsuite' else r[0]; print(s.get('skipped'), s.get('tests'))" "$results/junit.xml")
+read -r n_skipped n_tests <<<"$skipped"
+echo "GPU tests: $n_tests run, $n_skipped skipped"
+if [[ $n_tests == 0 || $n_skipped != 0 ]]; then
+  echo "error: GPU tests must all run on a GPU machine ($n_skipped skipped of $n_tests)" >&2
+  status=1
+fi
+
+echo "== benchmark"
+"$python" benchmarks/softmax_bench.py ${BENCH_ARGS:-} | tee "$results/benchmark.md" || status=1
+exit $status

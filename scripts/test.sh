@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The CPU test job (what .ci/run and the CPU workflow run): builds the wheel
+# with `pip wheel .`, installs it into .venv, then runs the Rust tests (the
+# kernels lower and assemble for sm_90 with tileiras, no GPU needed) and the
+# Python tests. Needs only python3 (>= 3.10) and a Rust toolchain; everything
+# else comes from PyPI and crates.io.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+[[ -x .venv/bin/python ]] || "$python" -m venv .venv
+py=.venv/bin/python
+"$py" -m pip install -q --upgrade pip
+# torch for the Python tests; CUDA headers + libclang for `cargo test`'s debug build.
+"$py" -m pip install -q "torch==2.11.0" "cffi==2.0.0" \
+  "nvidia-cuda-runtime==13.4.92" "nvidia-cuda-crt==13.4.92" "nvidia-curand==10.4.4.72" "libclang==18.1.1"
+
+echo "== pip wheel ."
+rm -rf dist
+"$py" -m pip wheel . --no-deps -w dist
+"$py" -m pip install -q --force-reinstall --no-deps dist/tilegym_cutile_rs-*.whl
+"$py" -m pip install -q --find-links dist "tilegym-cutile-rs[tileiras,test]"
+
+site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+cu13=$site/nvidia/cu13
+export CUDA_TOOLKIT_PATH=$cu13 LIBCLANG_PATH=$site/clang/native
+export BINDGEN_EXTRA_CLANG_ARGS="-isystem $(${CC:-cc} -print-file-name=include)"
+export CUTILE_TILEIRAS_PATH=$cu13/bin/tileiras PATH=$cu13/bin:$PATH
+
+echo "== cargo test"
+cargo test --locked --workspace
+
+echo "== pytest"
+"$py" -m pytest tests -ra

@@ -1,0 +1,124 @@
+"""Build: setuptools-rust compiles crates/cutile_kernels (every op) into
+tilegym_cutile_rs/libcutile_kernels.so; its build script generates the cdef
+manifest (cutile_kernels.h) with cbindgen, and build_rust below turns that
+header into the cffi out-of-line ABI module `_cdef.py`, so nothing parses C
+at import. The wheel is tagged py3-none-<platform>: nothing in it depends on
+the Python ABI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import find_packages, setup
+from setuptools_rust import Binding, RustExtension
+from setuptools_rust.build import build_rust as _build_rust
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+except ImportError:  # setuptools < 70
+    from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
+
+PACKAGE = "tilegym_cutile_rs"
+LIBRARY = "libcutile_kernels.so"
+HEADER = "cutile_kernels.h"
+
+
+def _hermetic_build_env() -> None:
+    """Point the cuda-bindings build at PyPI's CUDA headers and libclang unless the user chose their own."""
+    if not (os.environ.get("CUDA_TOOLKIT_PATH") or os.environ.get("CUDA_HOME")):
+        try:
+            cu13 = Path(str(md.distribution("nvidia-cuda-runtime").locate_file("nvidia/cu13")))
+        except md.PackageNotFoundError:
+            sys.exit("error: no CUDA headers: set CUDA_TOOLKIT_PATH or `pip install nvidia-cuda-runtime nvidia-cuda-crt nvidia-curand`")
+        os.environ["CUDA_TOOLKIT_PATH"] = str(cu13)
+    if not os.environ.get("LIBCLANG_PATH"):
+        try:
+            import clang.native  # PyPI `libclang`
+        except ImportError:
+            return  # bindgen searches the system (Debian's libclang-dev)
+        os.environ["LIBCLANG_PATH"] = str(Path(clang.native.__file__).parent)
+        # PyPI's libclang ships no clang resource headers (stddef.h): use the C compiler's.
+        if "BINDGEN_EXTRA_CLANG_ARGS" not in os.environ:
+            cc = os.environ.get("CC", "cc")
+            try:
+                inc = subprocess.run([cc, "-print-file-name=include"], capture_output=True, text=True, check=True).stdout.strip()
+            except (OSError, subprocess.CalledProcessError):
+                sys.exit(f"error: bindgen needs a C compiler's headers; `{cc}` was not found (install gcc or set CC)")
+            os.environ["BINDGEN_EXTRA_CLANG_ARGS"] = f"-isystem {inc}"
+
+
+def _require_cargo() -> None:
+    cargo = os.environ.get("CARGO", "cargo")
+    if shutil.which(cargo) is None:
+        sys.exit(
+            "error: building tilegym-cutile-rs from source needs a Rust toolchain (cargo >= 1.89), "
+            "which was not found on PATH. Install it with `curl --proto '=https' --tlsv1.2 -sSf "
+            "https://sh.rustup.rs | sh` (then `source ~/.cargo/env`), or install a prebuilt wheel."
+        )
+
+
+def write_cdef_module(header: Path, package_dir: Path) -> None:
+    """Turn the generated header into `_cdef.py` (cffi out-of-line ABI mode) and `_abi_manifest.py`."""
+    import cffi
+
+    text = header.read_text()
+    ffi = cffi.FFI()
+    ffi.cdef(text)
+    ffi.set_source(f"{PACKAGE}._cdef", None)
+    ffi.emit_python_code(str(package_dir / "_cdef.py"))
+    functions = sorted(k.split(" ", 1)[1] for k in ffi._parser._declarations if k.startswith("function "))
+    (package_dir / "_abi_manifest.py").write_text(
+        '"""Generated at build time from cutile_kernels.h. Do not edit."""\n\n'
+        f"FINGERPRINT = {hashlib.sha256(text.encode()).hexdigest()!r}\n"
+        f"FUNCTIONS = {tuple(functions)!r}\n"
+        f"HEADER = {HEADER!r}\n"
+    )
+
+
+class build_rust(_build_rust):
+    def run(self) -> None:
+        _require_cargo()
+        _hermetic_build_env()
+        super().run()
+
+    def get_dylib_ext_path(self, ext: RustExtension, target_fname: str) -> str:
+        # One file name for every Python: libcutile_kernels.so, not an EXT_SUFFIX name.
+        path = Path(super().get_dylib_ext_path(ext, target_fname))
+        return str(path.with_name(LIBRARY))
+
+    def install_extension(self, ext, dylib_paths, build_artifact_dir) -> None:  # type: ignore[no-untyped-def]
+        super().install_extension(ext, dylib_paths, build_artifact_dir)
+        package_dir = Path(self.get_dylib_ext_path(ext, ext.name)).parent
+        write_cdef_module(package_dir / HEADER, package_dir)
+
+
+class bdist_wheel(_bdist_wheel):
+    def get_tag(self) -> tuple[str, str, str]:
+        _, _, plat = super().get_tag()
+        return "py3", "none", plat
+
+
+setup(
+    package_dir={"": "python"},
+    packages=find_packages("python"),
+    package_data={PACKAGE: ["py.typed"]},
+    rust_extensions=[
+        RustExtension(
+            f"{PACKAGE}.libcutile_kernels",
+            path="crates/cutile_kernels/Cargo.toml",
+            binding=Binding.NoBinding,
+            cargo_manifest_args=["--locked"],
+            debug=False,
+            generated_files={HEADER: PACKAGE},
+        )
+    ],
+    cmdclass={"build_rust": build_rust, "bdist_wheel": bdist_wheel},
+    zip_safe=False,
+)

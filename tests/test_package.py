@@ -1,0 +1,197 @@
+"""CPU tests of the packaging: the wheel, the generated manifest and the loader."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import cffi
+import pytest
+import tilegym_cutile_rs
+from tilegym_cutile_rs import _library
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _elf(path: Path) -> tuple[list[str], set[str]]:
+    """(NEEDED entries, defined global function symbols) of a shared library."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    with path.open("rb") as f:
+        elf = ELFFile(f)
+        needed = [t.needed for s in elf.iter_sections() if isinstance(s, DynamicSection) for t in s.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+        dynsym = elf.get_section_by_name(".dynsym")
+        symbols = {
+            s.name
+            for s in dynsym.iter_symbols()
+            if s["st_info"]["type"] == "STT_FUNC" and s["st_info"]["bind"] == "STB_GLOBAL" and s["st_shndx"] != "SHN_UNDEF"
+        }
+    return needed, symbols
+
+
+def _wheels() -> list[Path]:
+    wheel_dir = Path(os.environ.get("TILEGYM_WHEEL_DIR", ROOT / "dist"))
+    return sorted(wheel_dir.glob("tilegym_cutile_rs-*.whl"))
+
+
+def test_wheel_tag_and_contents() -> None:
+    wheels = _wheels()
+    if not wheels:
+        pytest.skip("no wheel built (set TILEGYM_WHEEL_DIR or run `pip wheel . -w dist`)")
+    for wheel in wheels:
+        # One wheel for every CPython: py3-none-<platform>.
+        _, _, py, abi, plat = wheel.stem.split("-")
+        assert (py, abi) == ("py3", "none"), wheel.name
+        assert plat.startswith(("linux_", "manylinux")), wheel.name
+        names = set(zipfile.ZipFile(wheel).namelist())
+        for member in ("libcutile_kernels.so", "_cdef.py", "_abi_manifest.py", "cutile_kernels.h", "__init__.py"):
+            assert f"tilegym_cutile_rs/{member}" in names, f"{member} missing from {wheel.name}"
+
+
+def test_library_needs_no_libcuda_and_exports_exactly_the_manifest() -> None:
+    needed, symbols = _elf(_library.library_path())
+    assert not [n for n in needed if "libcuda" in n], needed
+    exported = {s for s in symbols if s.startswith("cutile_")}
+    manifest = set(_library.manifest().FUNCTIONS)
+    assert "cutile_softmax" in manifest
+    assert exported == manifest
+
+
+def test_manifest_matches_packaged_header_and_library() -> None:
+    import hashlib
+
+    man = _library.manifest()
+    header = (_library.PACKAGE_DIR / man.HEADER).read_text()
+    assert hashlib.sha256(header.encode()).hexdigest() == man.FINGERPRINT
+    lib = _library.library()
+    assert _library.ffi().string(lib.cutile_abi_fingerprint()).decode() == man.FINGERPRINT
+    assert _library.ffi().sizeof("TensorDesc") == 104
+    assert _library.ffi().offsetof("TensorDesc", "strides") == 56
+    assert _library.ffi().offsetof("TensorDesc", "dtype") == 96
+    assert _library.ffi().string(lib.cutile_ops_list()).decode().split(",") == ["softmax"]
+
+
+def _cdef_gen(source: Path) -> str:
+    cargo = shutil.which("cargo")
+    if cargo is None:
+        pytest.skip("cargo not on PATH")
+    out = subprocess.run(
+        [cargo, "run", "--locked", "--quiet", "-p", "cdef_gen", "--", str(source)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_ffi_signature_change_changes_generated_declarations() -> None:
+    v1, v2 = _cdef_gen(FIXTURES / "ffi_v1.rs"), _cdef_gen(FIXTURES / "ffi_v2.rs")
+    assert v1 != v2
+    for header, factor in ((v1, "float"), (v2, "double")):
+        ffi = cffi.FFI()
+        ffi.cdef(header)  # what the build feeds cffi; it must parse as is
+        assert ffi.typeof("ScaleArgs").fields[0][1].type.cname == factor
+    assert "int32_t cutile_scale(int32_t n, const struct ScaleArgs *args);" in v1
+    assert "int32_t cutile_scale(int64_t n, const struct ScaleArgs *args, uint64_t stream);" in v2
+
+
+def _run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def test_import_and_load_spawn_nothing_and_need_no_cargo() -> None:
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent))
+    assert shutil.which("cargo", path=env["PATH"]) is None
+    out = _run_python(
+        """
+        import sys
+        events = []
+        def hook(name, args):
+            if name in ("subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.fork", "os.spawn"):
+                events.append(name)
+        sys.addaudithook(hook)
+        import tilegym_cutile_rs
+        from tilegym_cutile_rs import _library
+        lib = _library.library()
+        _library.library()
+        print("events", events)
+        print("fingerprint", _library.ffi().string(lib.cutile_abi_fingerprint()).decode())
+        """,
+        env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "events []" in out.stdout
+    assert _library.manifest().FINGERPRINT in out.stdout
+
+
+def test_fingerprint_mismatch_raises_naming_both() -> None:
+    out = _run_python(
+        """
+        from tilegym_cutile_rs import _abi_manifest, _library
+        from tilegym_cutile_rs.errors import ABIMismatchError
+        real = _abi_manifest.FINGERPRINT
+        _abi_manifest.FINGERPRINT = "0" * 64
+        try:
+            _library.library()
+        except ABIMismatchError as e:
+            msg = str(e)
+            assert real in msg and "0" * 64 in msg and "reinstall" in msg, msg
+            print("raised")
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert "raised" in out.stdout
+
+
+def test_foreign_library_override_is_refused() -> None:
+    # A real shared library that is not ours (libgcc_s, which ours links): the
+    # fingerprint check applies to overrides too.
+    resolved = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+    libpath = next(line.split("=>")[1].strip() for line in resolved.splitlines() if "libgcc_s.so.1 " in line)
+    env = dict(os.environ, TILEGYM_CUTILE_RS_LIBRARY=libpath)
+    out = _run_python(
+        """
+        from tilegym_cutile_rs import _library
+        from tilegym_cutile_rs.errors import ABIMismatchError
+        try:
+            _library.library()
+        except ABIMismatchError as e:
+            print("raised:", e)
+        """,
+        env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "raised:" in out.stdout and "cutile_abi_fingerprint" in out.stdout
+
+
+def test_missing_library_override_is_a_clear_error() -> None:
+    env = dict(os.environ, TILEGYM_CUTILE_RS_LIBRARY="/nonexistent/libcutile_kernels.so")
+    out = _run_python(
+        """
+        from tilegym_cutile_rs import _library
+        from tilegym_cutile_rs.errors import LibraryError
+        try:
+            _library.library()
+        except LibraryError as e:
+            print("raised:", e)
+        """,
+        env,
+    )
+    assert "raised:" in out.stdout and "does not exist" in out.stdout, out.stderr
+
+
+def test_ops_are_exported_from_their_modules() -> None:
+    from tilegym_cutile_rs.ops import softmax as softmax_module
+
+    assert tilegym_cutile_rs.softmax is softmax_module.softmax
+    assert "softmax" in dir(tilegym_cutile_rs)
+    with pytest.raises(AttributeError):
+        tilegym_cutile_rs.no_such_op

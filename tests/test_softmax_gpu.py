@@ -1,0 +1,145 @@
+"""softmax on the GPU against torch.softmax: TileGym's shapes and tolerances,
+long rows, many rows, any rank and dim, strided inputs, streams and graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilegym_cutile_rs
+from tilegym_cutile_rs.ops.softmax import softmax_config
+
+pytestmark = pytest.mark.gpu
+
+# TileGym's tolerances; bf16 has 3 fewer mantissa bits than f16.
+TOL = {
+    torch.float32: dict(rtol=1e-5, atol=1e-7),
+    torch.float16: dict(rtol=1e-3, atol=1e-5),
+    torch.bfloat16: dict(rtol=1e-2, atol=1e-4),
+}
+DTYPES = list(TOL)
+
+
+def reference(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.softmax(x.float(), dim=dim).to(x.dtype)
+
+
+def check(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    y = tilegym_cutile_rs.softmax(x, dim=dim)
+    ref = reference(x, dim)
+    assert y.dtype == x.dtype and y.shape == x.shape and y.device == x.device
+    assert y.is_contiguous() and y.stride() == ref.contiguous().stride()
+    torch.testing.assert_close(y, ref, **TOL[x.dtype])
+    return y
+
+
+TILEGYM_CASES = [(256, 256), (256, 2048), (256, 32768), (256, 9), (256, 1009)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("m, n", TILEGYM_CASES)
+def test_tilegym_shapes(m: int, n: int, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    check(torch.randn(m, n, device="cuda", dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [1, 2, 3, 100, 4097, 8193, 16385, 65535, 65536, 131072, 262144])
+def test_row_lengths(n: int, dtype: torch.dtype) -> None:
+    torch.manual_seed(1)
+    check(torch.randn(3, n, device="cuda", dtype=dtype) * 4)
+
+
+@pytest.mark.parametrize("m", [1, 7, 100000])
+def test_row_counts_cover_every_row(m: int) -> None:
+    x = torch.randn(m, 384, device="cuda")
+    y = check(x)
+    # Every row was written: each sums to one.
+    torch.testing.assert_close(y.sum(-1), torch.ones(m, device="cuda"))
+
+
+@pytest.mark.parametrize("shape, dim", [((4, 5, 300), -1), ((2, 3, 4, 1000), -1), ((2, 3, 4, 1000), 1), ((6, 70), 0), ((8,), 0)])
+def test_any_rank_and_dim(shape: tuple[int, ...], dim: int) -> None:
+    check(torch.randn(*shape, device="cuda"), dim)
+
+
+def test_non_contiguous_inputs() -> None:
+    base = torch.randn(64, 2048, device="cuda", dtype=torch.float16)
+    check(base[:, 100:1300])  # strided rows, kernel reads in place
+    check(base[::3])  # every third row
+    check(base.t())  # transposed: copied to a contiguous layout first
+    check(base.t(), dim=0)
+
+
+def test_extreme_values() -> None:
+    x = torch.randn(16, 5000, device="cuda")
+    x[0, :] = float("-inf")
+    x[0, 7] = 3.0  # a single finite value in a row of -inf
+    x[1, :4096] = float("-inf")  # first whole tile -inf, the rest finite
+    x[2] *= 1e4
+    y = check(x[:3])
+    assert y[0, 7] == 1.0
+
+
+def test_empty_and_scalar() -> None:
+    for shape in [(0, 16), (16, 0), (2, 0, 3)]:
+        y = tilegym_cutile_rs.softmax(torch.empty(shape, device="cuda"))
+        assert y.shape == shape
+    check(torch.tensor(2.5, device="cuda"), 0)
+
+
+def test_non_default_stream() -> None:
+    x = torch.randn(4096, 1024, device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x2 = x * 2  # ordered on s
+        y = tilegym_cutile_rs.softmax(x2)
+    s.synchronize()
+    torch.testing.assert_close(y, torch.softmax(x * 2, -1), **TOL[torch.float32])
+
+
+def test_cuda_graph_capture_and_replay() -> None:
+    static_x = torch.randn(512, 3000, device="cuda")
+    tilegym_cutile_rs.softmax(static_x)  # compile outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = tilegym_cutile_rs.softmax(static_x)
+    for _ in range(3):
+        static_x.copy_(torch.randn_like(static_x))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(static_y, torch.softmax(static_x, -1), **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("config", [(1, 64), (2, 128), (4, 1024), (1, 8192)])
+def test_explicit_configs_agree(config: tuple[int, int]) -> None:
+    x = torch.randn(37, 3333, device="cuda", dtype=torch.bfloat16)
+    y = tilegym_cutile_rs.softmax(x, config=config)
+    torch.testing.assert_close(y, reference(x), **TOL[torch.bfloat16])
+
+
+def test_heuristic_is_power_of_two() -> None:
+    for m, n, es in [(1, 1, 4), (256, 9, 4), (8192, 1024, 2), (2048, 32768, 4)]:
+        bm, bn = softmax_config(m, n, es)
+        assert bm & (bm - 1) == 0 and bn & (bn - 1) == 0
+
+
+@pytest.mark.parametrize(
+    "make, exc",
+    [
+        (lambda: torch.randint(0, 5, (4, 8), device="cuda"), TypeError),
+        (lambda: torch.randn(4, 8, device="cuda", dtype=torch.float64), TypeError),
+    ],
+)
+def test_bad_dtypes_on_gpu(make, exc) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(exc, match="float32, float16, bfloat16"):
+        tilegym_cutile_rs.softmax(make())
+
+
+def test_dim_out_of_range_and_grad() -> None:
+    x = torch.randn(4, 8, device="cuda")
+    with pytest.raises(IndexError, match="out of range"):
+        tilegym_cutile_rs.softmax(x, dim=2)
+    with pytest.raises(ValueError, match="no backward"):
+        tilegym_cutile_rs.softmax(x.requires_grad_())
