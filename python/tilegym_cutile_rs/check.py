@@ -149,11 +149,12 @@ def check_driver(report: Report) -> list[Result]:
 
 
 def _subprocess(code: str, timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run `code` in a fresh interpreter; (exit code, its stdout, or its stderr when stdout is empty)."""
     try:
         p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return -1, f"timed out after {timeout:.0f} s"
-    return p.returncode, (p.stdout + p.stderr).strip()
+    return p.returncode, (p.stdout.strip() or p.stderr.strip())
 
 
 def check_toolchain(report: Report) -> list[Result]:

@@ -13,7 +13,8 @@ pub mod probe_kernels {
 
     #[cutile::entry()]
     fn probe(y: &mut Tensor<f32, { [16] }>) {
-        y.store(constant(0.0f32, shape![16]));
+        let zero: Tile<f32, { [16] }> = constant(0.0f32, shape![16]);
+        y.store(zero);
     }
 }
 
@@ -36,6 +37,7 @@ pub unsafe extern "C" fn cutile_compile_probe(gpu_name: *const c_char) -> i32 {
             OpError::new(CUTILE_ERR_COMPILE_FAILED, format!("{stage} for {gpu}: {e}"))
         };
         let artifacts = KernelCompiler::new(probe_kernels::__module_ast_self, "probe_kernels", "probe")
+            .strides(&[("y", &[1])])
             .target(gpu)
             .compile()
             .map_err(|e| compile_err("lowering the probe kernel", &e))?;
