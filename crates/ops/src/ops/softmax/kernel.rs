@@ -1,4 +1,6 @@
-//! The softmax device kernels. One CTA owns `BM` rows of the output.
+//! The softmax device kernels. One CTA owns `BM` rows of the output, which
+//! the host partitions into `[BM, BN]` tiles (cutile needs a static output
+//! tile shape, so the row length stays a runtime value).
 //!
 //! Loads go through a partition view padded with -inf, so lanes past the end
 //! of a row add exp(-inf) = 0 to the sum and never win the max (the upstream
@@ -13,7 +15,7 @@ pub mod softmax_kernels {
     /// Whole row in one tile (N <= BN): one read, one write.
     #[cutile::entry()]
     fn softmax_row_tile<E: ElementType, const BM: i32, const BN: i32>(
-        y: &mut Tensor<E, { [BM, -1] }>,
+        y: &mut Tensor<E, { [BM, BN] }>,
         x: &Tensor<E, { [-1, -1] }>,
     ) {
         let pid: (i32, i32, i32) = get_tile_block_id();
@@ -31,15 +33,16 @@ pub mod softmax_kernels {
         let row_sum: Tile<f32, { [BM, 1] }> = row_sum.reshape(shape![BM, 1]);
         let out: Tile<f32, { [BM, BN] }> = true_div(p, row_sum.broadcast(shape![BM, BN]));
         let out: Tile<E, { [BM, BN] }> = convert_tile(out);
-        let mut yp = y.partition_mut(shape![BM, BN]);
-        yp.store(out, [0i32, 0i32]);
+        y.store(out);
     }
 
     /// Rows longer than one tile: a first pass keeps an online max and a
     /// rescaled sum over the row's tiles, a second pass writes exp2(x - max) / sum.
+    /// Launched with one CTA per row block (a prefix of y's tile grid); each CTA
+    /// writes every column tile of its own rows.
     #[cutile::entry()]
     fn softmax_row_loop<E: ElementType, const BM: i32, const BN: i32>(
-        y: &mut Tensor<E, { [BM, -1] }>,
+        y: &mut Tensor<E, { [BM, BN] }>,
         x: &Tensor<E, { [-1, -1] }>,
     ) {
         let pid: (i32, i32, i32) = get_tile_block_id();
@@ -67,14 +70,15 @@ pub mod softmax_kernels {
         let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
         let inv_l: Tile<f32, { [BM, BN] }> = true_div(one, l).broadcast(shape![BM, BN]);
         let m_b: Tile<f32, { [BM, BN] }> = m.broadcast(shape![BM, BN]);
-        let mut yp = y.partition_mut(shape![BM, BN]);
+        // SAFETY: CTA pid.0 stores only to tile row pid.0, so CTAs never overlap.
+        let mut yp = unsafe { y.partition_full_mut(shape![BM, BN]) };
         for j in 0i32..num_tiles(&yp, 1) {
             let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, j]);
             let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
             let t: Tile<f32, { [BM, BN] }> = t * log2e;
             let out: Tile<f32, { [BM, BN] }> = exp2(t - m_b, ftz::Disabled) * inv_l;
             let out: Tile<E, { [BM, BN] }> = convert_tile(out);
-            yp.store(out, [0i32, j]);
+            yp.store(out, [pid.0, j]);
         }
     }
 }

@@ -66,18 +66,21 @@ fn launch<T: cutile::DType>(
     block_m: i32,
     block_n: i32,
 ) -> OpResult<()> {
-    let n = x.shape[1];
+    let (m, n) = (x.shape[0], x.shape[1]);
     // SAFETY: torch owns both allocations and keeps them alive while the work
     // it ordered on `stream` runs; y is a fresh output nobody else writes.
     let xt = unsafe { Tensor::<T>::borrow_raw_parts(x.ptr, ctx.clone(), x.shape.clone(), x.strides.clone()) };
     let mut yt = unsafe { Tensor::<T>::borrow_raw_parts(y.ptr, ctx.clone(), y.shape.clone(), y.strides.clone()) };
     let generics = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
-    let rows = (&mut yt).partition([block_m as usize, n as usize]);
+    let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
     // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
     let result = if n <= block_n {
-        unsafe { softmax_kernels::softmax_row_tile(rows, &xt).generics(generics).async_on(stream) }.map(|_| ())
+        unsafe { softmax_kernels::softmax_row_tile(tiles, &xt).generics(generics).async_on(stream) }.map(|_| ())
     } else {
-        unsafe { softmax_kernels::softmax_row_loop(rows, &xt).generics(generics).async_on(stream) }.map(|_| ())
+        // One CTA per row block: a prefix (the first column) of y's tile grid.
+        let grid = ((m as u32).div_ceil(block_m as u32), 1, 1);
+        let launch = softmax_kernels::softmax_row_loop(tiles.prefix(), &xt).generics(generics).grid(grid);
+        unsafe { launch.async_on(stream) }.map(|_| ())
     };
     result.map_err(|e| runtime::launch_error("softmax", e))
 }
