@@ -66,21 +66,25 @@ fn launch<T: cutile::DType>(
     block_m: i32,
     block_n: i32,
 ) -> OpResult<()> {
-    let (m, n) = (x.shape[0], x.shape[1]);
+    let n = x.shape[1];
     // SAFETY: torch owns both allocations and keeps them alive while the work
     // it ordered on `stream` runs; y is a fresh output nobody else writes.
     let xt = unsafe { Tensor::<T>::borrow_raw_parts(x.ptr, ctx.clone(), x.shape.clone(), x.strides.clone()) };
     let mut yt = unsafe { Tensor::<T>::borrow_raw_parts(y.ptr, ctx.clone(), y.shape.clone(), y.strides.clone()) };
-    let generics = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
-    let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
+    let mut generics = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
     // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
     let result = if n <= block_n {
+        let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
         unsafe { softmax_kernels::softmax_row_tile(tiles, &xt).generics(generics).async_on(stream) }.map(|_| ())
     } else {
-        // One CTA per row block: a prefix (the first column) of y's tile grid.
-        let grid = ((m as u32).div_ceil(block_m as u32), 1, 1);
-        let launch = softmax_kernels::softmax_row_loop(tiles.prefix(), &xt).generics(generics).grid(grid);
-        unsafe { launch.async_on(stream) }.map(|_| ())
+        // One CTA per row block: y is cut into [block_m, n_pad] slabs, n_pad the
+        // row length rounded up to whole tiles (one compiled variant per n_pad).
+        let n_pad = (n as i64 + block_n as i64 - 1) / block_n as i64 * block_n as i64;
+        let n_pad = i32::try_from(n_pad)
+            .map_err(|_| OpError::invalid(format!("row length {n} rounded up to tiles of {block_n} overflows i32")))?;
+        generics.push(n_pad.to_string());
+        let rows = (&mut yt).partition([block_m as usize, n_pad as usize]);
+        unsafe { softmax_kernels::softmax_row_loop(rows, &xt).generics(generics).async_on(stream) }.map(|_| ())
     };
     result.map_err(|e| runtime::launch_error("softmax", e))
 }
