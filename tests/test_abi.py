@@ -51,7 +51,7 @@ def test_null_descriptor(lib) -> None:  # type: ignore[no-untyped-def]
         ({"shape": [2, 3], "strides": [3, 2]}, {"shape": [2, 3]}, (1, 4), "unit stride"),
         ({"shape": [2, 3], "strides": [1, 1]}, {"shape": [2, 3]}, (1, 4), "overlap"),
         ({"shape": [2, 3], "strides": [-3, 1]}, {"shape": [2, 3]}, (1, 4), "negative stride"),
-        ({"shape": [2, -3]}, {"shape": [2, 3]}, (1, 4), "negative size"),
+        ({"shape": [2, -3], "strides": [3, 1]}, {"shape": [2, 3]}, (1, 4), "negative size"),
         ({"shape": [2, 1 << 31]}, {"shape": [2, 1 << 31]}, (1, 4), "32-bit index"),
         ({"shape": [1 << 20, 1 << 12]}, {"shape": [1 << 20, 1 << 12]}, (1, 4), "largest element offset"),
         ({"shape": [2, 3]}, {"shape": [2, 3]}, (3, 4), "power of two"),

@@ -80,7 +80,7 @@ def _load() -> Any:
         raise LibraryError(f"cannot load {path}: {exc}; {_REINSTALL}") from None
     try:
         found = ffi.string(lib.cutile_abi_fingerprint()).decode()
-    except AttributeError:
+    except (AttributeError, ffi.error):  # cffi raises ffi.error for a missing symbol
         raise ABIMismatchError(
             f"{path} exports no cutile_abi_fingerprint: it is not a tilegym_cutile_rs library; {_REINSTALL}"
         ) from None

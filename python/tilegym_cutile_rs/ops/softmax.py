@@ -65,7 +65,7 @@ def softmax(x: Any, dim: int = -1, *, config: tuple[int, int] | None = None) -> 
     _device.prepare(index)
     block_m, block_n = config if config is not None else softmax_config(m, n, x.element_size())
     lib = _library.library()
-    stream = torch.cuda.current_stream(index).cuda_stream
+    stream = _device.current_stream(index)
     status = lib.cutile_softmax(_abi.tensor_desc(x2), _abi.tensor_desc(y2), block_m, block_n, index, stream)
     _abi.check_status(status, "softmax")
     y = y2.view(moved.shape)
