@@ -30,6 +30,21 @@ LIBRARY = "libcutile_kernels.so"
 HEADER = "cutile_kernels.h"
 
 
+def _stable_copy(src: Path, name: str, stamp: str) -> Path:
+    """Copy a build input from the (temporary, per-build) isolated environment to
+    a fixed place under the cargo target dir. cuda-bindings' build script reruns
+    whenever CUDA_TOOLKIT_PATH/LIBCLANG_PATH change, so pointing them at a fresh
+    temp path each build would rebuild cutile from scratch on every `pip wheel`."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR", Path(__file__).resolve().parent / "target"))
+    dest = target / "build-inputs" / name
+    marker = dest / ".stamp"
+    if not (marker.is_file() and marker.read_text() == stamp):
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(src, dest)
+        marker.write_text(stamp)
+    return dest
+
+
 def _hermetic_build_env() -> None:
     """Point the cuda-bindings build at PyPI's CUDA headers and libclang unless the user chose their own."""
     if not (os.environ.get("CUDA_TOOLKIT_PATH") or os.environ.get("CUDA_HOME")):
@@ -37,13 +52,15 @@ def _hermetic_build_env() -> None:
             cu13 = Path(str(md.distribution("nvidia-cuda-runtime").locate_file("nvidia/cu13")))
         except md.PackageNotFoundError:
             sys.exit("error: no CUDA headers: set CUDA_TOOLKIT_PATH or `pip install nvidia-cuda-runtime nvidia-cuda-crt nvidia-curand`")
-        os.environ["CUDA_TOOLKIT_PATH"] = str(cu13)
+        stamp = " ".join(f"{d}=={md.version(d)}" for d in ("nvidia-cuda-runtime", "nvidia-cuda-crt", "nvidia-curand"))
+        os.environ["CUDA_TOOLKIT_PATH"] = str(_stable_copy(cu13 / "include", "cu13/include", stamp).parent)
     if not os.environ.get("LIBCLANG_PATH"):
         try:
             import clang.native  # PyPI `libclang`
         except ImportError:
             return  # bindgen searches the system (Debian's libclang-dev)
-        os.environ["LIBCLANG_PATH"] = str(Path(clang.native.__file__).parent)
+        native = Path(clang.native.__file__).parent
+        os.environ["LIBCLANG_PATH"] = str(_stable_copy(native, "libclang", f"libclang=={md.version('libclang')}"))
         # PyPI's libclang ships no clang resource headers (stddef.h): use the C compiler's.
         if "BINDGEN_EXTRA_CLANG_ARGS" not in os.environ:
             cc = os.environ.get("CC", "cc")

@@ -11,7 +11,7 @@ python=${PYTHON:-python3}
 py=.venv/bin/python
 "$py" -m pip install -q --upgrade pip
 # torch for the Python tests; CUDA headers + libclang for `cargo test`'s debug build.
-"$py" -m pip install -q "torch==2.11.0" "cffi==2.0.0" \
+"$py" -m pip install -q "torch==2.11.0" "cffi==2.0.0" "build==1.6.1" \
   "nvidia-cuda-runtime==13.4.92" "nvidia-cuda-crt==13.4.92" "nvidia-curand==10.4.4.72" "libclang==18.1.1"
 
 echo "== pip wheel ."
@@ -19,6 +19,11 @@ rm -rf dist
 "$py" -m pip wheel . --no-deps -w dist
 "$py" -m pip install -q --force-reinstall --no-deps dist/tilegym_cutile_rs-*.whl
 "$py" -m pip install -q --find-links dist "tilegym-cutile-rs[tileiras,test]"
+
+echo "== sdist, and a wheel built from it"
+rm -rf dist-sdist
+"$py" -m build --sdist -o dist-sdist .
+CARGO_TARGET_DIR=$PWD/target "$py" -m pip wheel dist-sdist/tilegym_cutile_rs-*.tar.gz --no-deps -w dist-sdist
 
 site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 cu13=$site/nvidia/cu13

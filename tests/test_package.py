@@ -195,3 +195,38 @@ def test_ops_are_exported_from_their_modules() -> None:
     assert "softmax" in dir(tilegym_cutile_rs)
     with pytest.raises(AttributeError):
         tilegym_cutile_rs.no_such_op
+
+
+def test_sdist_builds_the_same_wheel() -> None:
+    sdist_dir = ROOT / "dist-sdist"
+    from_sdist = sorted(sdist_dir.glob("tilegym_cutile_rs-*.whl"))
+    if not from_sdist or not _wheels():
+        pytest.skip("scripts/test.sh builds dist/ and dist-sdist/; run it first")
+    assert list(sdist_dir.glob("tilegym_cutile_rs-*.tar.gz")), "the sdist itself is missing"
+    a, b = zipfile.ZipFile(_wheels()[0]), zipfile.ZipFile(from_sdist[0])
+    assert _wheels()[0].name == from_sdist[0].name
+    assert sorted(a.namelist()) == sorted(b.namelist())
+    for member in ("tilegym_cutile_rs/_abi_manifest.py", "tilegym_cutile_rs/cutile_kernels.h", "tilegym_cutile_rs/_cdef.py"):
+        assert a.read(member) == b.read(member), member
+
+
+def test_stale_library_in_a_source_checkout_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "python" / "tilegym_cutile_rs"
+    pkg.mkdir(parents=True)
+    (tmp_path / "crates" / "cutile_kernels" / "src").mkdir(parents=True)
+    (tmp_path / "crates" / "cutile_kernels" / "Cargo.toml").write_text("")
+    (tmp_path / "Cargo.toml").write_text("")
+    (tmp_path / "Cargo.lock").write_text("")
+    kernel = tmp_path / "crates" / "cutile_kernels" / "src" / "lib.rs"
+    kernel.write_text("")
+    lib = pkg / "libcutile_kernels.so"
+    lib.write_text("")
+    monkeypatch.setattr(_library, "PACKAGE_DIR", pkg)
+    old, new = 1_000_000_000, 1_000_000_100
+    for p in (tmp_path / "Cargo.toml", tmp_path / "Cargo.lock", tmp_path / "crates" / "cutile_kernels" / "Cargo.toml", kernel):
+        os.utime(p, (old, old))
+    os.utime(lib, (new, new))
+    _library.check_fresh(lib)  # built after its sources: fine
+    os.utime(kernel, (new + 1, new + 1))
+    with pytest.raises(tilegym_cutile_rs.StaleLibraryError, match=r"crates/cutile_kernels/src/lib.rs.*pip install -e \."):
+        _library.check_fresh(lib)
