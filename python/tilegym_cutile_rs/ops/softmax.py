@@ -13,7 +13,10 @@ SUPPORTED = ("float32", "float16", "bfloat16")
 # loop over tiles of LOOP_BLOCK_N (two reads: online max/sum, then normalise).
 SINGLE_TILE_MAX_N = {4: 8192, 2: 16384}
 LOOP_BLOCK_N = {4: 4096, 2: 8192}
-TILE_ELEMENTS = 4096
+# Elements per CTA tile for the single-tile kernel. Chosen from a sweep on the
+# H200 (docs/benchmarks.md): bigger row blocks won at every row length tried.
+TILE_ELEMENTS = {4: 8192, 2: 16384}
+MAX_BLOCK_M = 64
 
 
 def _next_pow2(n: int) -> int:
@@ -24,7 +27,8 @@ def softmax_config(m: int, n: int, element_size: int) -> tuple[int, int]:
     """(block_m, block_n) for an [m, n] softmax: the shape heuristic."""
     if n <= SINGLE_TILE_MAX_N[element_size]:
         block_n = _next_pow2(n)
-        block_m = max(1, min(TILE_ELEMENTS // block_n, _next_pow2(m), 256))
+        elements = 16384 if block_n <= 256 else TILE_ELEMENTS[element_size]
+        block_m = max(1, min(elements // block_n, _next_pow2(m), MAX_BLOCK_M))
         return block_m, block_n
     return 1, LOOP_BLOCK_N[element_size]
 
