@@ -38,10 +38,19 @@ fn device_init_error(device: i32, err: &dyn std::fmt::Display) -> OpError {
 }
 
 /// Borrows the caller's stream (a `CUstream` handle; 0 is the legacy default stream).
+///
+/// The wrapper is kept for the process and never dropped: cuda-core's `Drop for
+/// Stream` calls `cuStreamQuery` even on a borrowed stream, which invalidates a
+/// CUDA-graph capture in progress on it and, on a busy stream, registers a
+/// completion callback per launch. One entry per distinct stream handle seen.
 pub fn borrow_stream(ctx: &Arc<Context>, stream: u64) -> Arc<Stream> {
-    // SAFETY: the caller (torch) owns the stream and keeps it alive past the launch,
-    // which only enqueues work on it.
-    unsafe { Stream::borrow_raw(stream as *mut std::ffi::c_void, ctx) }
+    static STREAMS: OnceLock<Mutex<HashMap<(usize, u64), Arc<Stream>>>> = OnceLock::new();
+    let mut map = STREAMS.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap_or_else(|p| p.into_inner());
+    map.entry((ctx.ordinal(), stream))
+        // SAFETY: the caller (torch) owns the stream and keeps it alive past each
+        // launch, which only enqueues work on it.
+        .or_insert_with(|| unsafe { Stream::borrow_raw(stream as *mut std::ffi::c_void, ctx) })
+        .clone()
 }
 
 /// Maps a cutile launch error to a status code, keeping the toolchain's own message.
