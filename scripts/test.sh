@@ -10,8 +10,13 @@ python=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$python" -m venv .venv
 py=.venv/bin/python
 "$py" -m pip install -q --upgrade pip
-# torch for the Python tests; CUDA headers + libclang for `cargo test`'s debug build.
-"$py" -m pip install -q "torch==2.11.0" "cffi==2.0.0" "build==1.6.1" \
+# torch for the Python tests.
+"$py" -m pip install -q "torch==2.11.0" "cffi==2.0.0" "build==1.6.1"
+# CUDA headers + libclang for `cargo test`'s debug build, the same pins as
+# pyproject's build requirements, in their own venv: torch pins an older
+# nvidia-cuda-runtime.
+[[ -x .venv-build/bin/python ]] || "$python" -m venv .venv-build
+.venv-build/bin/python -m pip install -q \
   "nvidia-cuda-runtime==13.4.92" "nvidia-cuda-crt==13.4.92" "nvidia-curand==10.4.4.72" "libclang==18.1.1"
 
 echo "== pip wheel ."
@@ -25,14 +30,20 @@ rm -rf dist-sdist
 "$py" -m build --sdist -o dist-sdist .
 CARGO_TARGET_DIR=$PWD/target "$py" -m pip wheel dist-sdist/tilegym_cutile_rs-*.tar.gz --no-deps -w dist-sdist
 
-site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-cu13=$site/nvidia/cu13
-export CUDA_TOOLKIT_PATH=$cu13 LIBCLANG_PATH=$site/clang/native
+purelib() { "$1" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
+build_site=$(purelib .venv-build/bin/python)
+kit=$(purelib "$py")/nvidia/cu13  # the [tileiras] extra: tileiras, ptxas, libNVVM
+export CUDA_TOOLKIT_PATH=$build_site/nvidia/cu13 LIBCLANG_PATH=$build_site/clang/native
 export BINDGEN_EXTRA_CLANG_ARGS="-isystem $(${CC:-cc} -print-file-name=include)"
-export CUTILE_TILEIRAS_PATH=$cu13/bin/tileiras PATH=$cu13/bin:$PATH
+export CUTILE_TILEIRAS_PATH=$kit/bin/tileiras PATH=$kit/bin:$PATH
 
 echo "== cargo test"
 cargo test --locked --workspace
+
+echo "== workflow files: schema and zizmor (offline)"
+"$py" -m pip install -q "check-jsonschema==0.39.0" "zizmor==1.32.0"
+.venv/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+.venv/bin/zizmor --offline --min-severity medium .github/workflows/
 
 echo "== pytest"
 "$py" -m pytest tests -ra
