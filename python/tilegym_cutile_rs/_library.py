@@ -62,7 +62,7 @@ def check_fresh(path: Path) -> None:
         shown = ", ".join(str(p.relative_to(root)) for p in sorted(newer)[:3])
         raise StaleLibraryError(
             f"{path} is older than its Rust sources ({shown}{', ...' if len(newer) > 3 else ''}). "
-            "Rebuild it: `pip install -e . --no-build-isolation` (or `python setup.py build_rust --inplace`)"
+            "Rebuild it: `pip install -e .` (or `python setup.py build_rust --inplace` in an environment with the build requirements)"
         )
 
 
