@@ -151,41 +151,35 @@ def test_fingerprint_mismatch_raises_naming_both() -> None:
     assert "raised" in out.stdout
 
 
+def _load_override(libpath: str, error: str) -> str:
+    """Load the library with $TILEGYM_CUTILE_RS_LIBRARY=libpath in a fresh
+    interpreter; the message of the `error` it raised, after "raised:"."""
+    out = _run_python(
+        f"""
+        from tilegym_cutile_rs import _library
+        from tilegym_cutile_rs.errors import {error}
+        try:
+            _library.library()
+        except {error} as e:
+            print("raised:", e)
+        """,
+        dict(os.environ, TILEGYM_CUTILE_RS_LIBRARY=libpath),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "raised:" in out.stdout, out.stdout + out.stderr
+    return out.stdout
+
+
 def test_foreign_library_override_is_refused() -> None:
     # A real shared library that is not ours (libgcc_s, which ours links): the
     # fingerprint check applies to overrides too.
     resolved = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
     libpath = next(line.split("=>")[1].strip() for line in resolved.splitlines() if "libgcc_s.so.1 " in line)
-    env = dict(os.environ, TILEGYM_CUTILE_RS_LIBRARY=libpath)
-    out = _run_python(
-        """
-        from tilegym_cutile_rs import _library
-        from tilegym_cutile_rs.errors import ABIMismatchError
-        try:
-            _library.library()
-        except ABIMismatchError as e:
-            print("raised:", e)
-        """,
-        env,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "raised:" in out.stdout and "cutile_abi_fingerprint" in out.stdout
+    assert "cutile_abi_fingerprint" in _load_override(libpath, "ABIMismatchError")
 
 
 def test_missing_library_override_is_a_clear_error() -> None:
-    env = dict(os.environ, TILEGYM_CUTILE_RS_LIBRARY="/nonexistent/libcutile_kernels.so")
-    out = _run_python(
-        """
-        from tilegym_cutile_rs import _library
-        from tilegym_cutile_rs.errors import LibraryError
-        try:
-            _library.library()
-        except LibraryError as e:
-            print("raised:", e)
-        """,
-        env,
-    )
-    assert "raised:" in out.stdout and "does not exist" in out.stdout, out.stderr
+    assert "does not exist" in _load_override("/nonexistent/libcutile_kernels.so", "LibraryError")
 
 
 def test_ops_are_exported_from_their_modules() -> None:
