@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata as md
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,8 @@ except ImportError:  # setuptools < 70
     from wheel.bdist_wheel import bdist_wheel as _bdist_wheel
 
 PACKAGE = "tilegym_cutile_rs"
+# The oldest glibc the library links against: cibuildwheel's default image, manylinux_2_28.
+GLIBC = "2.28"
 LIBRARY = "libcutile_kernels.so"
 HEADER = "cutile_kernels.h"
 
@@ -71,9 +74,37 @@ def _hermetic_build_env() -> None:
             os.environ["BINDGEN_EXTRA_CLANG_ARGS"] = f"-isystem {inc}"
 
 
+def _use_zigbuild() -> bool:
+    """On Linux, link against glibc GLIBC with cargo-zigbuild (PyPI cargo-zigbuild and
+    ziglang, both build requirements) so that a wheel built on any machine, whatever its
+    own glibc, is manylinux_GLIBC; a native link picks up the build machine's newer
+    symbol versions. Sets CARGO and CARGO_BUILD_TARGET for setuptools-rust, which reads
+    them when its commands start. Links natively (a linux_<arch> wheel) off Linux, with
+    TILEGYM_CUTILE_RS_ZIGBUILD=0, when CARGO_BUILD_TARGET is already set, or when the two
+    packages are not installed (a `--no-build-isolation` build without them)."""
+    if sys.platform != "linux" or os.environ.get("TILEGYM_CUTILE_RS_ZIGBUILD", "1") == "0":
+        return False
+    if os.environ.get("CARGO_BUILD_TARGET"):
+        return False
+    exe = shutil.which("cargo-zigbuild")
+    try:
+        import ziglang
+    except ImportError:
+        return False
+    if exe is None:
+        return False
+    # cargo-zigbuild looks for `zig` on PATH; pip's build environment does not put it there.
+    os.environ["PATH"] = os.pathsep.join([str(Path(ziglang.__file__).parent), os.environ.get("PATH", "")])
+    os.environ["CARGO"] = exe
+    os.environ["CARGO_BUILD_TARGET"] = f"{platform.machine()}-unknown-linux-gnu.{GLIBC}"
+    return True
+
+
+ZIGBUILD = _use_zigbuild()
+
+
 def _require_cargo() -> None:
-    cargo = os.environ.get("CARGO", "cargo")
-    if shutil.which(cargo) is None:
+    if shutil.which("cargo") is None:
         sys.exit(
             "error: building tilegym-cutile-rs from source needs a Rust toolchain (cargo >= 1.89), "
             "which was not found on PATH. Install it with `curl --proto '=https' --tlsv1.2 -sSf "
@@ -119,6 +150,8 @@ class build_rust(_build_rust):
 class bdist_wheel(_bdist_wheel):
     def get_tag(self) -> tuple[str, str, str]:
         _, _, plat = super().get_tag()
+        if ZIGBUILD and plat.startswith("linux_"):
+            plat = f"manylinux_{GLIBC.replace('.', '_')}_{platform.machine()}"
         return "py3", "none", plat
 
 
