@@ -5,10 +5,10 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 /// The Rust files that define the C ABI of the ops crate rooted at `ops_src`
-/// (`crates/ops/src`): the shared `abi.rs` and `probe.rs`, and every op's
+/// (`crates/ops/src`): the shared `abi.rs`, `cache.rs` and `probe.rs`, and every op's
 /// `ffi.rs`, in a stable order. An op adds its `ffi.rs`; nothing here lists ops.
 pub fn ffi_sources(ops_src: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files = vec![ops_src.join("abi.rs"), ops_src.join("probe.rs")];
+    let mut files = vec![ops_src.join("abi.rs"), ops_src.join("cache.rs"), ops_src.join("probe.rs")];
     let mut ops: Vec<PathBuf> = std::fs::read_dir(ops_src.join("ops"))?
         .filter_map(|e| e.ok())
         .map(|e| e.path().join("ffi.rs"))

@@ -7,6 +7,7 @@
 //! cdef generator reads).
 
 pub mod abi;
+pub mod cache;
 pub mod probe;
 pub mod runtime;
 

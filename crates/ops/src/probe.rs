@@ -4,7 +4,9 @@
 
 use crate::abi::{ffi_guard, OpError, CUTILE_ERR_COMPILE_FAILED, CUTILE_ERR_INVALID_ARGUMENT};
 use cutile::compile_api::KernelCompiler;
-use cutile::cutile_compiler::cuda_tile_runtime_utils::{run_tileiras, TileirasOptions};
+use cutile::cutile_compiler::cuda_tile_runtime_utils::{
+    compile_bytecode_cached, selected_bytecode_version, TileirasOptions,
+};
 use std::ffi::{c_char, CStr};
 
 #[cutile::module]
@@ -36,13 +38,16 @@ pub unsafe extern "C" fn cutile_compile_probe(gpu_name: *const c_char) -> i32 {
         let compile_err = |stage: &str, e: &dyn std::fmt::Display| {
             OpError::new(CUTILE_ERR_COMPILE_FAILED, format!("{stage} for {gpu}: {e}"))
         };
+        let version = selected_bytecode_version().map_err(|e| compile_err("asking tileiras for its bytecode versions", &e))?;
         let artifacts = KernelCompiler::new(probe_kernels::__module_ast_self, "probe_kernels", "probe")
             .strides(&[("y", &[1])])
+            .bytecode_version(version)
             .target(gpu)
             .compile()
             .map_err(|e| compile_err("lowering the probe kernel", &e))?;
         let bytecode = artifacts.bytecode().map_err(|e| compile_err("serializing Tile IR bytecode", &e))?;
-        let cubin = run_tileiras(&bytecode, gpu, &TileirasOptions::default())
+        // Through the kernel cache like any kernel, so a cached probe runs no tileiras.
+        let (cubin, _) = compile_bytecode_cached(&bytecode, version, gpu, &TileirasOptions::default())
             .map_err(|e| compile_err("tileiras", &e))?;
         if cubin.is_empty() {
             return Err(compile_err("tileiras", &"produced an empty cubin"));

@@ -5,7 +5,8 @@ use crate::abi::{ffi_guard, read_desc, TensorDesc};
 /// Softmax over the last dim of the 2-D view `x` into the contiguous `y`.
 ///
 /// Rows up to `block_n` long take one tile; longer rows loop over `block_n`
-/// tiles. `block_m` rows share a CTA. The kernel is enqueued on `stream` (a
+/// tiles. `block_m` rows share a CTA. `occupancy` > 0 asks tileiras for that
+/// many resident CTAs per SM (0: its own choice). The kernel is enqueued on `stream` (a
 /// CUstream on `device`, 0 for the legacy default stream) and not waited for.
 /// Returns a `CUTILE_*` status; on failure `cutile_last_error()` says why.
 ///
@@ -18,12 +19,13 @@ pub unsafe extern "C" fn cutile_softmax(
     y: *const TensorDesc,
     block_m: i32,
     block_n: i32,
+    occupancy: i32,
     device: i32,
     stream: u64,
 ) -> i32 {
     ffi_guard(|| {
         let x = unsafe { read_desc(x, "x") }?;
         let y = unsafe { read_desc(y, "y") }?;
-        super::launch::softmax(&x, &y, block_m, block_n, device, stream)
+        super::launch::softmax(&x, &y, block_m, block_n, occupancy, device, stream)
     })
 }

@@ -6,15 +6,19 @@ use crate::abi::{CheckedTensor, DType, OpError, OpResult};
 use crate::runtime;
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
+use cutile::tile_kernel::CompileOptions;
 
 /// Largest tile edge we compile; tiles are powers of two.
 pub const MAX_BLOCK: i32 = 1 << 16;
+/// Largest CTAs-per-SM hint tileiras accepts.
+pub const MAX_OCCUPANCY: i32 = 32;
 
 pub fn softmax(
     x: &CheckedTensor,
     y: &CheckedTensor,
     block_m: i32,
     block_n: i32,
+    occupancy: i32,
     device: i32,
     stream: u64,
 ) -> OpResult<()> {
@@ -46,15 +50,20 @@ pub fn softmax(
             return Err(OpError::invalid(format!("{name} = {b}: must be a power of two in 1..={MAX_BLOCK}")));
         }
     }
+    if !(0..=MAX_OCCUPANCY).contains(&occupancy) {
+        return Err(OpError::invalid(format!("occupancy = {occupancy}: must be 0 (compiler's choice) to {MAX_OCCUPANCY}")));
+    }
     if m == 0 || n == 0 {
         return Ok(());
     }
+    // Occupancy is a compile-time hint: each value is its own compiled variant.
+    let options = if occupancy > 0 { CompileOptions::default().occupancy(occupancy) } else { CompileOptions::default() };
     let ctx = runtime::context(device)?;
     let stream = runtime::borrow_stream(&ctx, stream);
     match x.dtype {
-        DType::F32 => launch::<f32>(&ctx, &stream, x, y, block_m, block_n),
-        DType::F16 => launch::<f16>(&ctx, &stream, x, y, block_m, block_n),
-        DType::BF16 => launch::<bf16>(&ctx, &stream, x, y, block_m, block_n),
+        DType::F32 => launch::<f32>(&ctx, &stream, x, y, block_m, block_n, options),
+        DType::F16 => launch::<f16>(&ctx, &stream, x, y, block_m, block_n, options),
+        DType::BF16 => launch::<bf16>(&ctx, &stream, x, y, block_m, block_n, options),
     }
 }
 
@@ -65,6 +74,7 @@ fn launch<T: cutile::DType>(
     y: &CheckedTensor,
     block_m: i32,
     block_n: i32,
+    options: CompileOptions,
 ) -> OpResult<()> {
     let n = x.shape[1];
     // SAFETY: torch owns both allocations and keeps them alive while the work
@@ -75,7 +85,7 @@ fn launch<T: cutile::DType>(
     // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
     let result = if n <= block_n {
         let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
-        unsafe { softmax_kernels::softmax_row_tile(tiles, &xt).generics(generics).async_on(stream) }.map(|_| ())
+        unsafe { softmax_kernels::softmax_row_tile(tiles, &xt).generics(generics).compile_options(options).async_on(stream) }.map(|_| ())
     } else {
         // One CTA per row block: y is cut into [block_m, n_pad] slabs, n_pad the
         // row length rounded up to whole tiles (one compiled variant per n_pad).
@@ -84,7 +94,7 @@ fn launch<T: cutile::DType>(
             .map_err(|_| OpError::invalid(format!("row length {n} rounded up to tiles of {block_n} overflows i32")))?;
         generics.push(n_pad.to_string());
         let rows = (&mut yt).partition([block_m as usize, n_pad as usize]);
-        unsafe { softmax_kernels::softmax_row_loop(rows, &xt).generics(generics).async_on(stream) }.map(|_| ())
+        unsafe { softmax_kernels::softmax_row_loop(rows, &xt).generics(generics).compile_options(options).async_on(stream) }.map(|_| ())
     };
     result.map_err(|e| runtime::launch_error("softmax", e))
 }
