@@ -19,3 +19,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip)
+
+
+def make_standin_tileiras(directory, real, *, sleep: float | None = None, fail: str | None = None):  # type: ignore[no-untyped-def]
+    """A tileiras that logs each compile to directory/compiles.log, then optionally
+    stalls (`sleep`) or fails with `fail` on stderr, else runs the real one."""
+    from pathlib import Path
+
+    directory = Path(directory)
+    log = directory / "compiles.log"
+    script = directory / "tileiras"
+    compile_branch = f'echo "$$" >> {log}\n'
+    if sleep is not None:
+        compile_branch += f"  sleep {sleep}\n"
+    if fail is not None:
+        compile_branch += f"  echo '{fail}' >&2\n  exit 3\n"
+    script.write_text(f'#!/bin/sh\ncase " $* " in *" -o "*)\n  {compile_branch};;\nesac\nexec {real} "$@"\n')
+    script.chmod(0o755)
+    return script

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import pkgutil
 from typing import Any
 
@@ -25,6 +26,11 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+if os.environ.get("TILEGYM_CUTILE_RS_REGISTER", "0") == "1":  # opt-in: imports TileGym
+    from .tilegym_backend import register as _register
+
+    _register()
+
 
 @functools.lru_cache(maxsize=None)
 def _op_exports() -> dict[str, str]:
@@ -38,8 +44,11 @@ def _op_exports() -> dict[str, str]:
     return names
 
 
+_EXTRA = {"warmup": f"{__name__}._warmup"}
+
+
 def __getattr__(name: str) -> Any:
-    module = None if name.startswith("_") else _op_exports().get(name)
+    module = None if name.startswith("_") else _EXTRA.get(name) or _op_exports().get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
@@ -48,7 +57,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_op_exports()])
+    return sorted([*globals(), *_EXTRA, *_op_exports()])
 
 
 __all__ = [

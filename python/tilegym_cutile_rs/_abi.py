@@ -37,12 +37,14 @@ def tensor_desc(t: Any) -> Any:
     )
 
 
-def check_status(status: int, op: str) -> None:
-    """Raise the exception a non-zero status stands for, with the library's message."""
+def check_status(status: int, op: str, hint: str | None = None) -> None:
+    """Raise the exception a non-zero status stands for, with the library's message (and `hint`)."""
     lib = _library.library()
     if status == lib.CUTILE_OK:
         return
     message = f"{op}: {_library.last_error()}"
+    if hint:
+        message = f"{message}\n{hint}"
     exc: type[Exception]
     if status in (lib.CUTILE_ERR_INVALID_ARGUMENT, lib.CUTILE_ERR_NULL_POINTER):
         exc = ValueError

@@ -5,17 +5,29 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import _toolchain
+from . import _cache, _library, _toolchain
 
 
 @functools.lru_cache(maxsize=None)
 def prepare(index: int) -> tuple[int, int]:
-    """Check the toolchain can target device `index`; return its (major, minor) capability."""
+    """Check the toolchain can target device `index` and install the kernel cache;
+    return the device's (major, minor) capability."""
     import torch
 
     capability = torch.cuda.get_device_capability(index)
-    _toolchain.require_arch(_toolchain.configure(), capability)
+    toolchain = _toolchain.configure()
+    _toolchain.require_arch(toolchain, capability)
+    _cache.enable(_library.library(), toolchain)
     return capability
+
+
+@functools.lru_cache(maxsize=None)
+def name(index: int) -> str:
+    """Device model and architecture, e.g. "NVIDIA H200 sm_90" (autotuning decisions key on it)."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"{torch.cuda.get_device_name(index)} sm_{major}{minor}"
 
 
 @functools.lru_cache(maxsize=None)

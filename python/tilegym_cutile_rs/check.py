@@ -205,6 +205,24 @@ def check_smoke(report: Report) -> list[Result]:
     return out
 
 
+def check_cache() -> Result:
+    from . import cache
+
+    summary, code = cache.info()
+    if not summary.get("enabled"):
+        return Result("kernel cache", "warning", f"off: {summary['reason']}; every process compiles its kernels again",
+                      "" if code == 0 else f"fix the directory or set {_cache_env()} to one of your own")
+    return Result("kernel cache", "ok", f"{summary['root']}: {summary['entries']} kernels, "
+                  f"{summary['bytes'] / 2**20:.1f} MiB of {summary['capacity_bytes'] / 2**30:.1f} GiB, "
+                  f"{summary['autotune_decisions']} autotuning decisions")
+
+
+def _cache_env() -> str:
+    from . import _cache
+
+    return _cache.DIR_ENV
+
+
 def run(smoke: bool = True) -> Report:
     report = Report()
     _guard(report, "package", EXIT_LIBRARY, check_package)
@@ -212,6 +230,7 @@ def run(smoke: bool = True) -> Report:
     _guard(report, "environment", EXIT_ENVIRONMENT, check_environment)
     _guard(report, "driver", EXIT_DRIVER, lambda: check_driver(report))
     _guard(report, "toolchain", EXIT_TOOLCHAIN, lambda: check_toolchain(report))
+    _guard(report, "kernel cache", EXIT_OK, check_cache)
     if not smoke:
         report.add(Result("softmax", "warning", "smoke run skipped (--no-smoke)"))
     elif not report.gpus:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from .. import _abi, _device, _library
+from .. import _abi, _autotune, _device, _library, _progress
 
-__all__ = ["softmax", "softmax_config"]
+__all__ = ["softmax", "softmax_config", "softmax_candidates"]
 
 SUPPORTED = ("float32", "float16", "bfloat16")
 # Rows up to this many elements are softmaxed in one register tile; longer rows
@@ -17,43 +18,89 @@ LOOP_BLOCK_N = {4: 4096, 2: 8192}
 # H200 (docs/benchmarks.md): bigger row blocks won at every row length tried.
 TILE_ELEMENTS = {4: 8192, 2: 16384}
 MAX_BLOCK_M = 64
+# The widest single tile the autotuner tries (register pressure beyond it).
+MAX_TILE_ELEMENTS = 32768
 
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def softmax_config(m: int, n: int, element_size: int) -> tuple[int, int]:
-    """(block_m, block_n) for an [m, n] softmax: the shape heuristic."""
+def softmax_config(m: int, n: int, element_size: int) -> tuple[int, int, int]:
+    """(block_m, block_n, occupancy) for an [m, n] softmax: the shape heuristic.
+
+    block_n >= n takes the single-tile kernel, else the row loop; occupancy 0
+    leaves the CTAs-per-SM choice to tileiras.
+    """
     if n <= SINGLE_TILE_MAX_N[element_size]:
         block_n = _next_pow2(n)
         elements = 16384 if block_n <= 256 else TILE_ELEMENTS[element_size]
         block_m = max(1, min(elements // block_n, _next_pow2(m), MAX_BLOCK_M))
-        return block_m, block_n
-    return 1, LOOP_BLOCK_N[element_size]
+        return block_m, block_n, 0
+    return 1, LOOP_BLOCK_N[element_size], 0
 
 
-def softmax(x: Any, dim: int = -1, *, config: tuple[int, int] | None = None) -> Any:
-    """Softmax of `x` along `dim`, computed in float32, returned as a new
-    contiguous tensor of x's shape and dtype on x's device.
+def softmax_candidates(m: int, n: int, element_size: int) -> list[tuple[int, int, int]]:
+    """The autotuner's search space around the heuristic: row blocks, tile widths, occupancy."""
+    base = softmax_config(m, n, element_size)
+    shapes: set[tuple[int, int]] = set()
+    block_n = _next_pow2(n)
+    if block_n <= MAX_TILE_ELEMENTS:  # one tile per row block
+        for block_m in (1, 2, 4, 8, 16, 32, 64):
+            if block_m <= _next_pow2(m) and block_m * block_n <= MAX_TILE_ELEMENTS:
+                shapes.add((block_m, block_n))
+    if n > 1024:  # row loop over narrower tiles
+        for width in (1024, 2048, 4096, 8192):
+            if width < n:
+                shapes.add((1, width))
+    configs = {(bm, bn, occ) for bm, bn in shapes for occ in (0, 2)}
+    configs.add(base)
+    return sorted(configs)
 
-    The kernel runs on the current torch stream of x's device and does not
-    block the host (it can be captured in a CUDA graph). A `dim` other than the
-    last is handled by moving it last first (one extra copy in and out).
-    `config=(block_m, block_n)` overrides the tile choice (powers of two).
-    """
+
+def _shape_class(index: int, dtype: Any, m: int, n: int) -> str:
+    # Row counts fall in octaves (4 rows and up); a decision for one row length
+    # class serves every n with the same next power of two.
+    m_class = min(_next_pow2(m), 1 << 20)
+    return f"softmax|{_device.name(index)}|{dtype}|n<={_next_pow2(n)}|m~{m_class}"
+
+
+def _launch(x2: Any, y2: Any, config: tuple[int, int, int], index: int) -> None:
+    block_m, block_n, occupancy = config
+    lib = _library.library()
+    stream = _device.current_stream(index)
+    slot = _progress.begin(("softmax", x2.dtype, tuple(x2.shape), "config", config))
+    try:
+        status = lib.cutile_softmax(
+            _abi.tensor_desc(x2), _abi.tensor_desc(y2), block_m, block_n, occupancy, index, stream
+        )
+    finally:
+        _progress.end(slot)
+    if status != 0:
+        _abi.check_status(status, "softmax", hint=_progress.timed_out_message(slot))
+
+
+def _choose(x2: Any, index: int, autotune: bool) -> tuple[int, int, int]:
+    m, n = x2.shape
+    size = x2.element_size()
+    key = _shape_class(index, x2.dtype, m, n)
+    found = _autotune.lookup(key)
+    if found is not None and len(found) == 3:
+        return found  # type: ignore[return-value]
     import torch
 
-    _device.check_cuda_tensor(x, "softmax")
-    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError(f"softmax supports {', '.join(SUPPORTED)}; x is {x.dtype}. Cast it, e.g. x.float()")
-    if x.requires_grad and torch.is_grad_enabled():
-        raise ValueError(
-            "tilegym_cutile_rs.softmax has no backward pass; call it under torch.no_grad() or use torch.softmax for training"
-        )
+    # Tuning synchronizes the device, which a CUDA graph capture forbids.
+    if not (autotune or _autotune.enabled_by_env()) or torch.cuda.is_current_stream_capturing():
+        return softmax_config(m, n, size)
+
+    scratch = torch.empty_like(x2)  # the caller's y stays untouched until the winner runs
+    return _autotune.tune(key, softmax_candidates(m, n, size), lambda c: _launch(x2, scratch, c, index))
+
+
+def _forward(x: Any, dim: int, config: Any, autotune: bool) -> Any:
+    import torch
+
     ndim = max(x.dim(), 1)
-    if not -ndim <= dim < ndim:
-        raise IndexError(f"dim {dim} is out of range for a tensor with {x.dim()} dims")
     dim %= ndim
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -67,12 +114,121 @@ def softmax(x: Any, dim: int = -1, *, config: tuple[int, int] | None = None) -> 
     y2 = torch.empty((m, n), dtype=x.dtype, device=x.device)
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     _device.prepare(index)
-    block_m, block_n = config if config is not None else softmax_config(m, n, x.element_size())
-    lib = _library.library()
-    stream = _device.current_stream(index)
-    status = lib.cutile_softmax(_abi.tensor_desc(x2), _abi.tensor_desc(y2), block_m, block_n, index, stream)
-    _abi.check_status(status, "softmax")
+    if config is None:
+        config = _choose(x2, index, autotune)
+    else:
+        config = _check_config(config)
+    _launch(x2, y2, config, index)
     y = y2.view(moved.shape)
     if dim != ndim - 1:
         y = y.movedim(-1, dim).contiguous()
     return y.reshape(x.shape)
+
+
+def _check_config(config: Any) -> tuple[int, int, int]:
+    try:
+        values = tuple(int(v) for v in config)
+    except (TypeError, ValueError):
+        raise TypeError(f"config must be (block_m, block_n) or (block_m, block_n, occupancy), got {config!r}") from None
+    if len(values) == 2:
+        values = (*values, 0)
+    if len(values) != 3:
+        raise TypeError(f"config must be (block_m, block_n) or (block_m, block_n, occupancy), got {config!r}")
+    return values  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=None)
+def _autograd_function() -> Any:
+    import torch
+
+    class Softmax(torch.autograd.Function):
+        """Our kernel forward; backward dx = y * (dy - sum(dy * y)) in float32 by torch."""
+
+        @staticmethod
+        def forward(ctx: Any, x: Any, dim: int, config: Any, autotune: bool) -> Any:
+            y = _forward(x, dim, config, autotune)
+            ctx.save_for_backward(y)
+            ctx.dim = dim
+            return y
+
+        @staticmethod
+        def backward(ctx: Any, dy: Any) -> Any:
+            (y,) = ctx.saved_tensors
+            y32, dy32 = y.float(), dy.float()
+            dx = y32 * (dy32 - (dy32 * y32).sum(dim=ctx.dim, keepdim=True))
+            return dx.to(y.dtype), None, None, None
+
+    return Softmax
+
+
+def softmax(x: Any, dim: int = -1, *, config: Any = None, autotune: bool = False) -> Any:
+    """Softmax of `x` along `dim`, computed in float32, returned as a new
+    contiguous tensor of x's shape and dtype on x's device.
+
+    The kernel runs on the current torch stream of x's device and does not
+    block the host (it can be captured in a CUDA graph). A `dim` other than the
+    last is handled by moving it last first (one extra copy in and out).
+    Tiles: `config=(block_m, block_n[, occupancy])` (powers of two) overrides
+    the choice; otherwise a decision autotuned earlier for this device, dtype
+    and shape class (kept in the kernel cache directory), else the shape
+    heuristic. `autotune=True` (or TILEGYM_CUTILE_RS_AUTOTUNE=1) tunes a shape
+    class on its first call. Gradients flow (backward computed by torch).
+    """
+    import torch
+
+    _device.check_cuda_tensor(x, "softmax")
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"softmax supports {', '.join(SUPPORTED)}; x is {x.dtype}. Cast it, e.g. x.float()")
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    ndim = max(x.dim(), 1)
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"dim {dim} is out of range for a tensor with {x.dim()} dims")
+    if x.requires_grad and torch.is_grad_enabled():
+        return _autograd_function().apply(x, dim % ndim, config, autotune)
+    return _forward(x, dim, config, autotune)
+
+
+# TileGym's softmax keywords, and what they mean for our kernel.
+_TILEGYM_KWARGS = {
+    # tileiras decides how the view loads are lowered (TMA where it pays); there is no separate TMA kernel.
+    "use_tma",
+    # Rows longer than one tile always take the row-loop kernel: "chunked" is automatic.
+    "use_chunked",
+    # The grid always covers every row block in one launch; there is no persistent multi-wave variant.
+    "use_multi_wave",
+}
+_warned_kwargs: set[str] = set()
+
+
+def _tilegym_softmax(x: Any, use_tma: bool = False, **kwargs: Any) -> Any:
+    """TileGym's `softmax(x, use_tma=False, **kwargs)` on our kernel, over the last dim.
+
+    use_tma, use_chunked and use_multi_wave are accepted and do not change the
+    result: see _TILEGYM_KWARGS. Other keywords are ignored with a one-time warning.
+    """
+    unknown = set(kwargs) - _TILEGYM_KWARGS
+    if unknown - _warned_kwargs:
+        import logging
+
+        logging.getLogger("tilegym_cutile_rs").warning(
+            "tilegym softmax on cutile-rs ignores keyword(s) %s", ", ".join(sorted(unknown))
+        )
+        _warned_kwargs.update(unknown)
+    return softmax(x, -1)
+
+
+TILEGYM_OPS = {"softmax": _tilegym_softmax}
+
+
+def _warmup(shape: tuple[int, ...], dtype: Any, device: Any, autotune: bool) -> tuple[int, int, int]:
+    """Compile (and optionally autotune) softmax over the last dim for `shape`; returns the config used."""
+    import torch
+
+    x = torch.randn(shape, device=device).to(dtype)
+    softmax(x, autotune=autotune)
+    n = x.shape[-1] if x.dim() else 1
+    m = x.numel() // max(n, 1)
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    x2 = x.reshape(m, n)
+    return _choose(x2, index, False)
