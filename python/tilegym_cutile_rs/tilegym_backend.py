@@ -1,0 +1,65 @@
+"""TileGym integration: our prebuilt kernels as TileGym's "cutile-rs" backend.
+
+    import tilegym_cutile_rs.tilegym_backend as backend
+    backend.register()                 # explicit, once per process
+    tilegym.set_backend("cutile-rs")
+    tilegym.ops.softmax(x)             # runs our prebuilt softmax: no cargo, no build
+
+or `TILEGYM_CUTILE_RS_REGISTER=1` and `import tilegym_cutile_rs` registers
+itself. TileGym (`pip install 'tilegym-cutile-rs[tilegym]'`) has no plugin
+mechanism: register() adds our implementation to its dispatcher registry
+(`tilegym.backend.register_impl(op, backend="cutile-rs")`) and "cutile-rs" to
+its availability set, which TileGym fills once at import. It registers only the
+ops this package exports (an op module's TILEGYM_OPS), never points TileGym at
+our library for anything else and never runs cargo. Ops we do not provide keep
+TileGym's behaviour: its own cutile-rs wrapper where it has one and can build
+it, else its dispatcher's fallback backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import threading
+from typing import Any, Callable
+
+BACKEND = "cutile-rs"
+_lock = threading.Lock()
+_registered: list[str] | None = None
+
+
+def provided_ops() -> dict[str, Callable[..., Any]]:
+    """TileGym op name -> our implementation, from every op module's TILEGYM_OPS."""
+    ops = importlib.import_module(f"{__package__}.ops")
+    found: dict[str, Callable[..., Any]] = {}
+    for info in pkgutil.iter_modules(ops.__path__):
+        module = importlib.import_module(f"{ops.__name__}.{info.name}")
+        found.update(getattr(module, "TILEGYM_OPS", {}))
+    return found
+
+
+def register() -> list[str]:
+    """Register our ops with TileGym under "cutile-rs" (idempotent); returns their names.
+
+    Raises ImportError with the install command when TileGym is not installed.
+    """
+    global _registered
+    with _lock:
+        if _registered is not None:
+            return list(_registered)
+        try:
+            import tilegym  # noqa: F401  - runs TileGym's own registrations first, so ours win
+            import tilegym.ops  # noqa: F401
+            from tilegym.backend import register_impl, selector
+        except ImportError as exc:
+            raise ImportError(
+                f"TileGym is not importable ({exc}); install it with `pip install 'tilegym-cutile-rs[tilegym]'`"
+            ) from exc
+        names = []
+        for name, impl in sorted(provided_ops().items()):
+            register_impl(name, backend=BACKEND)(impl)
+            names.append(name)
+        # Filled once at TileGym's import; without cargo it leaves "cutile-rs" out.
+        selector._AVAILABLE_BACKENDS.add(BACKEND)
+        _registered = names
+        return list(names)

@@ -1,0 +1,187 @@
+"""TileGym integration: tilegym_cutile_rs.tilegym_backend.register() makes
+`tilegym.set_backend("cutile-rs")` route softmax to our prebuilt kernel.
+
+The CPU tests run in fresh interpreters with no cargo on PATH (as on a user's
+machine), so TileGym's own cutile-rs availability probe says no and only our
+registration can make the backend available."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+tilegym = pytest.importorskip("tilegym", reason="TileGym is installed by the [tilegym] extra (scripts/test.sh does)")
+
+# TileGym's own softmax parametrization and tolerances (../shared/BRIEF.md).
+TILEGYM_CASES = [
+    (256, 256, "float32"), (256, 2048, "float32"), (256, 32768, "float32"), (256, 256, "float16"),
+    (256, 2048, "float16"), (256, 9, "float32"), (256, 1009, "float16"),
+]
+TOLERANCES = {"float16": (1e-3, 1e-5), "float32": (1e-5, 1e-7)}
+
+
+def no_cargo_env(tmp_path: Path) -> dict[str, str]:
+    """PATH without cargo or rustc: the interpreter's bin dir and /usr/bin-style dirs holding neither."""
+    keep = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and not (Path(d) / "cargo").exists() and not (Path(d) / "rustc").exists()]
+    env = {**os.environ, "PATH": os.pathsep.join(keep)}
+    env.pop("CUTILE_TUTORIALS_BACKEND", None)
+    return env
+
+
+def run(code: str, env: dict[str, str]) -> dict:
+    prelude = textwrap.dedent(
+        """
+        import json, subprocess, sys
+        spawned = []
+        def audit(event, args):
+            if event in ("subprocess.Popen", "os.posix_spawn", "os.exec"):
+                spawned.append(str(args[0] if event != "subprocess.Popen" else args[1])[:200])
+        sys.addaudithook(audit)
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_no_cargo_on_the_test_path(tmp_path: Path) -> None:
+    env = no_cargo_env(tmp_path)
+    assert shutil.which("cargo", path=env["PATH"]) is None
+
+
+def test_register_makes_the_backend_available_and_routes_softmax(tmp_path: Path) -> None:
+    out = run(
+        """
+        import torch, tilegym
+        from tilegym.backend import selector, get_registry_info, has_backend_impl
+        before = "cutile-rs" in selector.get_available_backends()
+        import tilegym_cutile_rs.tilegym_backend as backend
+        names = backend.register()
+        again = backend.register()
+        tilegym.set_backend("cutile-rs")
+        errors = {}
+        for label, kwargs in [("plain", {}), ("tilegym kwargs", dict(use_tma=True, use_chunked=True, use_multi_wave=True))]:
+            try:
+                tilegym.ops.softmax(torch.randn(4, 8), **kwargs)
+            except Exception as exc:
+                errors[label] = f"{type(exc).__name__}: {exc}"
+        try:
+            tilegym.ops.softmax(torch.randn(4, 8), backend="cutile-rs")
+        except Exception as exc:
+            errors["explicit"] = f"{type(exc).__name__}: {exc}"
+        print(json.dumps({
+            "before": before, "names": names, "again": again,
+            "available": "cutile-rs" in selector.get_available_backends(),
+            "impl": get_registry_info()["softmax"]["cutile-rs"],
+            "errors": errors,
+            "bmm": has_backend_impl("bmm", "cutile-rs"),
+            "spawned": [s for s in spawned if "cargo" in s],
+        }))
+        """,
+        no_cargo_env(tmp_path),
+    )
+    assert out["before"] is False  # no cargo: TileGym alone does not offer cutile-rs
+    assert out["names"] == ["softmax"] and out["again"] == ["softmax"]
+    assert out["available"] is True
+    assert out["impl"].startswith("tilegym_cutile_rs.ops.softmax.")
+    for label in ("plain", "tilegym kwargs", "explicit"):
+        # Our error, naming the fix, not TileGym's NotImplementedError or a TypeError over kwargs.
+        assert out["errors"][label].startswith("ValueError: softmax runs on CUDA tensors"), out["errors"]
+    assert out["bmm"] is False  # ops we do not provide are not registered by us
+    assert out["spawned"] == []
+
+
+def test_other_ops_keep_tilegym_behaviour(tmp_path: Path) -> None:
+    out = run(
+        """
+        import torch, tilegym
+        from tilegym.backend import get_registry_info
+        before = {op: sorted(b) for op, b in get_registry_info().items()}
+        import tilegym_cutile_rs.tilegym_backend as backend
+        backend.register()
+        after = {op: sorted(b) for op, b in get_registry_info().items()}
+        print(json.dumps({"changed": sorted(op for op in after if after[op] != before.get(op))}))
+        """,
+        no_cargo_env(tmp_path),
+    )
+    assert out["changed"] == ["softmax"]
+
+
+def test_importing_our_package_does_not_import_tilegym(tmp_path: Path) -> None:
+    out = run(
+        """
+        import tilegym_cutile_rs
+        tilegym_cutile_rs.softmax
+        print(json.dumps({"tilegym": "tilegym" in sys.modules}))
+        """,
+        no_cargo_env(tmp_path),
+    )
+    assert out["tilegym"] is False
+
+
+def test_env_opt_in_registers_at_import(tmp_path: Path) -> None:
+    env = {**no_cargo_env(tmp_path), "TILEGYM_CUTILE_RS_REGISTER": "1"}
+    out = run(
+        """
+        import tilegym_cutile_rs, tilegym
+        print(json.dumps({"available": "cutile-rs" in tilegym.get_available_backends()}))
+        """,
+        env,
+    )
+    assert out["available"] is True
+
+
+def test_unknown_tilegym_kwargs_are_ignored_with_a_warning(tmp_path: Path) -> None:
+    out = run(
+        """
+        import logging, torch
+        records = []
+        logging.getLogger("tilegym_cutile_rs").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r.getMessage())})())
+        from tilegym_cutile_rs.ops.softmax import TILEGYM_OPS
+        try:
+            TILEGYM_OPS["softmax"](torch.randn(2, 2), some_future_flag=3)
+        except ValueError as exc:
+            error = str(exc)
+        print(json.dumps({"records": records, "error": error}))
+        """,
+        no_cargo_env(tmp_path),
+    )
+    assert any("some_future_flag" in r for r in out["records"])
+    assert "CUDA tensors" in out["error"]
+
+
+@pytest.fixture(scope="module")
+def registered() -> None:
+    from tilegym_cutile_rs import tilegym_backend
+
+    tilegym_backend.register()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,dtype", TILEGYM_CASES)
+def test_tilegym_softmax_parametrization_on_cutile_rs(registered: None, m: int, n: int, dtype: str) -> None:
+    import torch
+
+    import tilegym
+
+    previous = tilegym.get_current_backend()
+    tilegym.set_backend("cutile-rs")
+    try:
+        x = torch.randn(m, n, device="cuda", dtype=getattr(torch, dtype))
+        ref = torch.softmax(x.float(), dim=-1).to(x.dtype)
+        y = tilegym.ops.softmax(x)
+        y_tma = tilegym.ops.softmax(x, use_tma=True)
+    finally:
+        tilegym.set_backend(previous)
+    rtol, atol = TOLERANCES[dtype]
+    for out in (y, y_tma):
+        assert out.is_contiguous() and out.dtype == x.dtype and out.stride() == ref.stride()
+        torch.testing.assert_close(out, ref, rtol=rtol, atol=atol)
