@@ -5,8 +5,10 @@
 #
 #   scripts/gpu-tests.sh WHEELHOUSE [TILEIRAS_KIT]
 #
-#   WHEELHOUSE    directory with tilegym_cutile_rs-*.whl and any dependency the
-#                 machine lacks (cffi, pycparser, pytest, ...); pip never goes online.
+#   WHEELHOUSE    directory with tilegym_cutile_rs-*.whl, tilegym and cuda-tile (the
+#                 TileGym integration tests and the cuTile Python peer), and any
+#                 dependency the machine lacks (cffi, pycparser, platformdirs,
+#                 hypothesis, sortedcontainers, pytest, ...); pip never goes online.
 #   TILEIRAS_KIT  the toolchain, as the .tar.xz from pack-tileiras-kit.sh or an
 #                 unpacked nvidia/cu13 directory. Without it, the wheelhouse
 #                 must hold the [tileiras] extra's NVIDIA wheels.
@@ -29,14 +31,18 @@ if [[ -n $kit ]]; then
     tar xJf "$kit" -C "$dest"
     kit=$dest/nvidia/cu13
   fi
-  export CUTILE_TILEIRAS_PATH=$kit/bin/tileiras
+  # tileiras finds the ptxas/libNVVM of its release through these (cuTile Python too).
+  export CUTILE_TILEIRAS_PATH=$kit/bin/tileiras CUDA_HOME=$kit PATH=$kit/bin:$PATH
 else
   spec="tilegym-cutile-rs[tileiras]"
 fi
 
 echo "== install from $wheelhouse"
 "$python" -m pip install --no-index --find-links "$wheelhouse" --upgrade --force-reinstall --no-deps "$wheelhouse"/tilegym_cutile_rs-*.whl
-"$python" -m pip install --no-index --find-links "$wheelhouse" "$spec" pytest
+"$python" -m pip install --no-index --find-links "$wheelhouse" "$spec" pytest hypothesis
+# TileGym imports with torch, cuda-bindings and cuda-tile; its other requirements
+# (transformers, pandas, ...) serve models, not the ops tested here.
+"$python" -m pip install --no-index --find-links "$wheelhouse" --no-deps tilegym cuda-tile
 
 status=0
 echo "== check"
@@ -56,4 +62,10 @@ fi
 
 echo "== benchmark"
 "$python" benchmarks/softmax_bench.py ${BENCH_ARGS:-} | tee "$results/benchmark.md" || status=1
+echo "== first call and kernel cache"
+"$python" benchmarks/first_call_bench.py | tee "$results/first-call.md" || status=1
+if [[ ${SWEEP:-0} == 1 ]]; then
+  echo "== tile config sweep"
+  "$python" benchmarks/softmax_sweep.py | tee "$results/sweep.md" || status=1
+fi
 exit $status
