@@ -13,7 +13,8 @@
 #                 unpacked nvidia/cu13 directory. Without it, the wheelhouse
 #                 must hold the [tileiras] extra's NVIDIA wheels.
 #
-# Results (junit.xml, check.json, benchmark.md) go to $RESULTS_DIR (default gpu-results).
+# Results (junit.xml, check.json, benchmark tables) go to $RESULTS_DIR (default gpu-results).
+# TESTS=0 skips the tests (benchmarks only); BENCHMARKS="" skips the benchmarks.
 set -euo pipefail
 wheelhouse=${1:?usage: scripts/gpu-tests.sh WHEELHOUSE [TILEIRAS_KIT]}
 kit=${2:-}
@@ -41,31 +42,38 @@ echo "== install from $wheelhouse"
 "$python" -m pip install --no-index --find-links "$wheelhouse" --upgrade --force-reinstall --no-deps "$wheelhouse"/tilegym_cutile_rs-*.whl
 "$python" -m pip install --no-index --find-links "$wheelhouse" "$spec" pytest hypothesis
 # TileGym imports with torch, cuda-bindings and cuda-tile; its other requirements
-# (transformers, pandas, ...) serve models, not the ops tested here.
-"$python" -m pip install --no-index --find-links "$wheelhouse" --no-deps tilegym cuda-tile
+# (transformers, pandas, ...) serve models, not the ops tested here. Without them in
+# the wheelhouse the TileGym tests skip, which fails the run below.
+if compgen -G "$wheelhouse/tilegym-*.whl" >/dev/null; then
+  "$python" -m pip install --no-index --find-links "$wheelhouse" --no-deps tilegym cuda-tile
+fi
 
 status=0
 echo "== check"
 "$python" -m tilegym_cutile_rs.check || status=$?
 "$python" -m tilegym_cutile_rs.check --json > "$results/check.json" || true
 
-echo "== GPU tests"
 cd "$here"
-"$python" -m pytest -m gpu tests -ra -q --junitxml="$results/junit.xml" || status=$?
-skipped=$("$python" -c "import sys, xml.etree.ElementTree as ET; r = ET.parse(sys.argv[1]).getroot(); s = r if r.tag == 'testsuite' else r[0]; print(s.get('skipped'), s.get('tests'))" "$results/junit.xml")
-read -r n_skipped n_tests <<<"$skipped"
-echo "GPU tests: $n_tests run, $n_skipped skipped"
-if [[ $n_tests == 0 || $n_skipped != 0 ]]; then
-  echo "error: GPU tests must all run on a GPU machine ($n_skipped skipped of $n_tests)" >&2
-  status=1
+if [[ ${TESTS:-1} == 1 ]]; then
+  echo "== GPU tests"
+  "$python" -m pytest -m gpu tests -ra -q --junitxml="$results/junit.xml" || status=$?
+  skipped=$("$python" -c "import sys, xml.etree.ElementTree as ET; r = ET.parse(sys.argv[1]).getroot(); s = r if r.tag == 'testsuite' else r[0]; print(s.get('skipped'), s.get('tests'))" "$results/junit.xml")
+  read -r n_skipped n_tests <<<"$skipped"
+  echo "GPU tests: $n_tests run, $n_skipped skipped"
+  if [[ $n_tests == 0 || $n_skipped != 0 ]]; then
+    echo "error: GPU tests must all run on a GPU machine ($n_skipped skipped of $n_tests)" >&2
+    status=1
+  fi
 fi
 
-echo "== benchmark"
-"$python" benchmarks/softmax_bench.py ${BENCH_ARGS:-} | tee "$results/benchmark.md" || status=1
-echo "== first call and kernel cache"
-"$python" benchmarks/first_call_bench.py | tee "$results/first-call.md" || status=1
-if [[ ${SWEEP:-0} == 1 ]]; then
-  echo "== tile config sweep"
-  "$python" benchmarks/softmax_sweep.py | tee "$results/sweep.md" || status=1
-fi
+# BENCHMARKS picks them (default: softmax first-call; sweep is the tile-config sweep).
+for bench in ${BENCHMARKS-softmax first-call}; do
+  echo "== benchmark $bench"
+  case $bench in
+    softmax) "$python" benchmarks/softmax_bench.py ${BENCH_ARGS:-} | tee "$results/benchmark.md" || status=1 ;;
+    first-call) "$python" benchmarks/first_call_bench.py | tee "$results/first-call.md" || status=1 ;;
+    sweep) "$python" benchmarks/softmax_sweep.py | tee "$results/sweep.md" || status=1 ;;
+    *) echo "unknown benchmark $bench" >&2; status=1 ;;
+  esac
+done
 exit $status
