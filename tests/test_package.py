@@ -191,6 +191,31 @@ def test_ops_are_exported_from_their_modules() -> None:
         tilegym_cutile_rs.no_such_op
 
 
+def _glibc_versions(path: Path) -> set[tuple[int, ...]]:
+    """The GLIBC_x.y symbol versions a shared library requires."""
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerNeedSection
+
+    with path.open("rb") as f:
+        elf = ELFFile(f)
+        versions = set()
+        for section in elf.iter_sections():
+            if isinstance(section, GNUVerNeedSection):
+                for _, aux in section.iter_versions():
+                    for a in aux:
+                        if a.name.startswith("GLIBC_"):
+                            versions.add(tuple(int(p) for p in a.name[6:].split(".")))
+    return versions
+
+
+def test_library_needs_glibc_2_28_at_most() -> None:
+    # manylinux_2_28: setup.py links with cargo-zigbuild against glibc 2.28 whatever the build machine has.
+    versions = _glibc_versions(_library.library_path())
+    assert versions and max(versions) <= (2, 28), sorted(versions)[-3:]
+    for wheel in _wheels():
+        assert "manylinux_2_28_" in wheel.name, wheel.name
+
+
 def test_sdist_builds_the_same_wheel() -> None:
     sdist_dir = ROOT / "dist-sdist"
     from_sdist = sorted(sdist_dir.glob("tilegym_cutile_rs-*.whl"))

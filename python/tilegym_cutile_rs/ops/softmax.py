@@ -13,10 +13,13 @@ SUPPORTED = ("float32", "float16", "bfloat16")
 # Rows up to this many elements are softmaxed in one register tile; longer rows
 # loop over tiles of LOOP_BLOCK_N (two reads: online max/sum, then normalise).
 SINGLE_TILE_MAX_N = {4: 8192, 2: 16384}
-LOOP_BLOCK_N = {4: 4096, 2: 8192}
-# Elements per CTA tile for the single-tile kernel. Chosen from a sweep on the
-# H200 (docs/benchmarks.md): bigger row blocks won at every row length tried.
+LOOP_BLOCK_N = {4: 8192, 2: 8192}
+# Elements per CTA tile for the single-tile kernel, and the CTAs-per-SM hint:
+# the winners of benchmarks/softmax_sweep.py on the H200 (docs/benchmarks.md),
+# where occupancy 2 beat the compiler's choice at every large shape.
 TILE_ELEMENTS = {4: 8192, 2: 16384}
+SHORT_ROW_ELEMENTS = 8192  # rows of 256 or fewer
+OCCUPANCY = 2
 MAX_BLOCK_M = 64
 # The widest single tile the autotuner tries (register pressure beyond it).
 MAX_TILE_ELEMENTS = 32768
@@ -30,14 +33,14 @@ def softmax_config(m: int, n: int, element_size: int) -> tuple[int, int, int]:
     """(block_m, block_n, occupancy) for an [m, n] softmax: the shape heuristic.
 
     block_n >= n takes the single-tile kernel, else the row loop; occupancy 0
-    leaves the CTAs-per-SM choice to tileiras.
+    would leave the CTAs-per-SM choice to tileiras.
     """
     if n <= SINGLE_TILE_MAX_N[element_size]:
         block_n = _next_pow2(n)
-        elements = 16384 if block_n <= 256 else TILE_ELEMENTS[element_size]
+        elements = SHORT_ROW_ELEMENTS if block_n <= 256 else TILE_ELEMENTS[element_size]
         block_m = max(1, min(elements // block_n, _next_pow2(m), MAX_BLOCK_M))
-        return block_m, block_n, 0
-    return 1, LOOP_BLOCK_N[element_size], 0
+        return block_m, block_n, OCCUPANCY
+    return 1, LOOP_BLOCK_N[element_size], OCCUPANCY
 
 
 def softmax_candidates(m: int, n: int, element_size: int) -> list[tuple[int, int, int]]:
@@ -50,10 +53,10 @@ def softmax_candidates(m: int, n: int, element_size: int) -> list[tuple[int, int
             if block_m <= _next_pow2(m) and block_m * block_n <= MAX_TILE_ELEMENTS:
                 shapes.add((block_m, block_n))
     if n > 1024:  # row loop over narrower tiles
-        for width in (1024, 2048, 4096, 8192):
+        for width in (2048, 4096, 8192, 16384):
             if width < n:
                 shapes.add((1, width))
-    configs = {(bm, bn, occ) for bm, bn in shapes for occ in (0, 2)}
+    configs = {(bm, bn, occ) for bm, bn in shapes for occ in (0, 1, 2)}
     configs.add(base)
     return sorted(configs)
 

@@ -6,7 +6,8 @@
 //! of a row add exp(-inf) = 0 to the sum and never win the max (the upstream
 //! example padded with zero, which is wrong whenever N is not a multiple of BN).
 //! Math is float32 whatever the storage type; exponentials are exp2 of
-//! log2(e)-scaled inputs.
+//! log2(e)-scaled differences from the row max (subtracted before scaling, as
+//! torch does, so large inputs keep full precision).
 
 #[cutile::module]
 pub mod softmax_kernels {
@@ -25,10 +26,11 @@ pub mod softmax_kernels {
         };
         let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, 0i32]);
         let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
-        let t: Tile<f32, { [BM, BN] }> = t * log2e;
         let row_max: Tile<f32, { [BM] }> = reduce_max(t, 1);
         let row_max: Tile<f32, { [BM, 1] }> = row_max.reshape(shape![BM, 1]);
-        let p: Tile<f32, { [BM, BN] }> = exp2(t - row_max.broadcast(shape![BM, BN]), ftz::Disabled);
+        // Subtract first, then scale: x - max is exact near the max, so large |x|
+        // does not cost precision in the exponent (scaling first did, by |x| ulps).
+        let p: Tile<f32, { [BM, BN] }> = exp2((t - row_max.broadcast(shape![BM, BN])) * log2e, ftz::Disabled);
         let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1);
         let row_sum: Tile<f32, { [BM, 1] }> = row_sum.reshape(shape![BM, 1]);
         let out: Tile<f32, { [BM, BN] }> = true_div(p, row_sum.broadcast(shape![BM, BN]));
@@ -50,20 +52,20 @@ pub mod softmax_kernels {
         let xp: Partition<E, { [BM, BN] }> = unsafe {
             make_partition_view(x, shape![BM, BN], padding::NegInf, dim_map::Identity, x.token())
         };
+        let log2e_col: Tile<f32, { [BM, 1] }> = constant(1.4426950408889634f32, shape![BM, 1]);
         // A finite start keeps exp2(m_old - m_new) finite when a whole tile is -inf.
         let mut m: Tile<f32, { [BM, 1] }> = constant(-3.4028234663852886e38f32, shape![BM, 1]);
         let mut l: Tile<f32, { [BM, 1] }> = constant(0.0f32, shape![BM, 1]);
         for j in 0i32..num_tiles(&xp, 1) {
             let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, j]);
             let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
-            let t: Tile<f32, { [BM, BN] }> = t * log2e;
             let tile_max: Tile<f32, { [BM] }> = reduce_max(t, 1);
             let tile_max: Tile<f32, { [BM, 1] }> = tile_max.reshape(shape![BM, 1]);
             let m_new: Tile<f32, { [BM, 1] }> = max_tile(m, tile_max);
-            let p: Tile<f32, { [BM, BN] }> = exp2(t - m_new.broadcast(shape![BM, BN]), ftz::Disabled);
+            let p: Tile<f32, { [BM, BN] }> = exp2((t - m_new.broadcast(shape![BM, BN])) * log2e, ftz::Disabled);
             let tile_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1);
             let tile_sum: Tile<f32, { [BM, 1] }> = tile_sum.reshape(shape![BM, 1]);
-            let alpha: Tile<f32, { [BM, 1] }> = exp2(m - m_new, ftz::Disabled);
+            let alpha: Tile<f32, { [BM, 1] }> = exp2((m - m_new) * log2e_col, ftz::Disabled);
             l = l * alpha + tile_sum;
             m = m_new;
         }
@@ -74,8 +76,7 @@ pub mod softmax_kernels {
         for j in 0i32..num_tiles(&yp, 1) {
             let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, j]);
             let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
-            let t: Tile<f32, { [BM, BN] }> = t * log2e;
-            let out: Tile<f32, { [BM, BN] }> = exp2(t - m_b, ftz::Disabled) * inv_l;
+            let out: Tile<f32, { [BM, BN] }> = exp2((t - m_b) * log2e, ftz::Disabled) * inv_l;
             let out: Tile<E, { [BM, BN] }> = convert_tile(out);
             yp.store(out, [0i32, j]);
         }
