@@ -25,10 +25,12 @@ import json, time, torch
 x = torch.randn(1000, 1000, device="cuda"); torch.cuda.synchronize()
 t0 = time.perf_counter()
 import tilegym_cutile_rs
-y = tilegym_cutile_rs.softmax(x); torch.cuda.synchronize()
+from tilegym_cutile_rs import _cache, _device, _library
+_library.library(); _device.prepare(0)  # load + check the library, find the toolchain, open the cache
 t1 = time.perf_counter()
-from tilegym_cutile_rs import _cache
-print(json.dumps({"ms": (t1 - t0) * 1e3, "tileiras_runs": _cache.stats()["tileiras_runs"]}))
+y = tilegym_cutile_rs.softmax(x); torch.cuda.synchronize()
+t2 = time.perf_counter()
+print(json.dumps({"ms": (t2 - t0) * 1e3, "setup_ms": (t1 - t0) * 1e3, "tileiras_runs": _cache.stats()["tileiras_runs"]}))
 """
 
 SWEEP = """
@@ -69,24 +71,34 @@ def run(code: str, env: dict[str, str], *args: str) -> dict:
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"benchmark process failed:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    # cutile's own per-kernel timing line (CUTILE_JIT_TIMING): lowering, tileiras or disk, module load.
+    stages = [dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+              for line in p.stderr.splitlines() if line.startswith("CUTILE_JIT_TIMING")]
+    if stages:
+        out["stages"] = {k: sum(float(s[k]) for s in stages) for k in ("stage1_ms", "stage2_ms", "stage3_ms")}
+    return out
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "TILEGYM_CUTILE_RS_CACHE_DIR": os.path.join(tmp, "first")}
+        env = {**os.environ, "TILEGYM_CUTILE_RS_CACHE_DIR": os.path.join(tmp, "first"), "CUTILE_JIT_TIMING": "1"}
         cold, warm = run(FIRST, env), run(FIRST, env)
-        print("| first call, 1000x1000 f32 | ms | tileiras runs |")
-        print("| --- | --- | --- |")
-        print(f"| empty cache | {cold['ms']:.0f} | {cold['tileiras_runs']} |")
-        print(f"| warm cache | {warm['ms']:.0f} | {warm['tileiras_runs']} |")
+        print("| first call, 1000x1000 f32 | ms | of which setup | lowering (cutile stage 1) | tileiras or disk (stage 2) | module load (stage 3) | tileiras runs |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for label, r in (("empty cache", cold), ("warm cache", warm)):
+            st = r.get("stages", {})
+            print(f"| {label} | {r['ms']:.0f} | {r['setup_ms']:.0f} | {st.get('stage1_ms', float('nan')):.0f} | "
+                  f"{st.get('stage2_ms', float('nan')):.0f} | {st.get('stage3_ms', float('nan')):.0f} | {r['tileiras_runs']} |")
         shapes = json.dumps(sweep_shapes())
-        env = {**os.environ, "TILEGYM_CUTILE_RS_CACHE_DIR": os.path.join(tmp, "sweep")}
+        env = {**os.environ, "TILEGYM_CUTILE_RS_CACHE_DIR": os.path.join(tmp, "sweep"), "CUTILE_JIT_TIMING": "1"}
         cold, warm = run(SWEEP, env, shapes), run(SWEEP, env, shapes)
-        print("\n| 50-shape sweep, one process | seconds | tileiras runs |")
-        print("| --- | --- | --- |")
-        print(f"| empty cache | {cold['s']:.2f} | {cold['tileiras_runs']} |")
-        print(f"| warm cache | {warm['s']:.2f} | {warm['tileiras_runs']} |")
+        print("\n| 50-shape sweep, one process | seconds | lowering s | tileiras or disk s | module load s | tileiras runs |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for label, r in (("empty cache", cold), ("warm cache", warm)):
+            st = r.get("stages", {})
+            print(f"| {label} | {r['s']:.2f} | {st.get('stage1_ms', 0) / 1e3:.2f} | {st.get('stage2_ms', 0) / 1e3:.2f} | "
+                  f"{st.get('stage3_ms', 0) / 1e3:.2f} | {r['tileiras_runs']} |")
         try:
             ct = run(CUTILE_PYTHON, {**os.environ, "CUDA_TILE_CACHE_DIR": "0"})
             print(f"\ncuTile Python (TileGym backend cutile, its cache off) first call: {ct['ms']:.0f} ms")

@@ -23,7 +23,15 @@ echo "== pip wheel ."
 rm -rf dist
 "$py" -m pip wheel . --no-deps -w dist
 "$py" -m pip install -q --force-reinstall --no-deps dist/tilegym_cutile_rs-*.whl
-"$py" -m pip install -q --find-links dist "tilegym-cutile-rs[tileiras,test]"
+"$py" -m pip install -q --find-links dist "tilegym-cutile-rs[tileiras,test,tilegym]"
+
+echo "== the wheel: manylinux_2_28 (auditwheel), contents, metadata"
+"$py" -m pip install -q "auditwheel==6.4.2" "check-wheel-contents==0.6.3" "twine==6.2.0"
+.venv/bin/auditwheel show dist/tilegym_cutile_rs-*.whl | tee dist/auditwheel.txt
+grep -q 'consistent with the following platform tag: "manylinux_2_28_x86_64"' dist/auditwheel.txt ||
+  { echo "error: the wheel is not manylinux_2_28 (see above)" >&2; exit 1; }
+.venv/bin/check-wheel-contents dist/tilegym_cutile_rs-*.whl
+.venv/bin/twine check --strict dist/tilegym_cutile_rs-*.whl
 
 echo "== sdist, and a wheel built from it"
 rm -rf dist-sdist

@@ -184,3 +184,32 @@ pub unsafe fn read_desc(desc: *const TensorDesc, name: &str) -> OpResult<Checked
     to_i32(extent, "largest element offset")?;
     Ok(CheckedTensor { ptr: d.ptr, dtype, shape, strides })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn last() -> String {
+        unsafe { CStr::from_ptr(cutile_last_error()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_a_status_and_the_thread_keeps_working() {
+        assert_eq!(ffi_guard(|| panic!("boom {}", 42)), CUTILE_ERR_PANIC);
+        assert!(last().contains("Rust panic caught at the C ABI): boom 42"), "{}", last());
+        assert_eq!(ffi_guard(|| panic!("static")), CUTILE_ERR_PANIC);
+        assert!(last().ends_with("static"));
+        assert_eq!(ffi_guard(|| Ok(())), CUTILE_OK);
+        assert_eq!(last(), "");
+    }
+
+    #[test]
+    fn errors_keep_their_code_and_message_per_thread() {
+        assert_eq!(ffi_guard(|| Err(OpError::invalid("bad x\0y"))), CUTILE_ERR_INVALID_ARGUMENT);
+        assert_eq!(last(), "bad x y");
+        let other = std::thread::spawn(|| (ffi_guard(|| Ok(())), last())).join().unwrap();
+        assert_eq!(other, (CUTILE_OK, String::new()));
+        assert_eq!(last(), "bad x y");
+    }
+}
