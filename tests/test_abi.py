@@ -107,6 +107,9 @@ def test_no_driver_is_a_clear_error_at_first_launch(lib) -> None:  # type: ignor
         (lambda: torch.randn(4, 8), ValueError, "CUDA tensors"),
         (lambda: [1.0, 2.0], TypeError, "torch.Tensor"),
         (lambda: torch.randn(4, 8, dtype=torch.float64), ValueError, "CUDA tensors"),
+        (lambda: torch.empty(4, 8, device="meta"), ValueError, "CUDA tensors"),
+        (lambda: torch.randn(4, 8).numpy(), TypeError, "torch.Tensor"),
+        (lambda: None, TypeError, "torch.Tensor"),
     ],
 )
 def test_softmax_rejects_bad_input_on_cpu(make, exc, fragment) -> None:  # type: ignore[no-untyped-def]

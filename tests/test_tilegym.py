@@ -3,7 +3,11 @@
 
 The CPU tests run in fresh interpreters with no cargo on PATH (as on a user's
 machine), so TileGym's own cutile-rs availability probe says no and only our
-registration can make the backend available."""
+registration can make the backend available. TileGym 1.5.1 asks torch for the
+GPU's compute capability while it imports (tilegym.ops.tilecpp), which raises on
+a machine without a driver; on such a machine these subprocesses answer that one
+query as an H200 would (9, 0), so the registration wiring is tested without a
+GPU. test_register_without_a_gpu_says_why covers the unpatched case."""
 
 from __future__ import annotations
 
@@ -12,12 +16,14 @@ import os
 import shutil
 import subprocess
 import sys
+import importlib.util
 import textwrap
 from pathlib import Path
 
 import pytest
 
-tilegym = pytest.importorskip("tilegym", reason="TileGym is installed by the [tilegym] extra (scripts/test.sh does)")
+if importlib.util.find_spec("tilegym") is None:
+    pytest.skip("TileGym is installed by the [tilegym] extra (scripts/test.sh does)", allow_module_level=True)
 
 # TileGym's own softmax parametrization and tolerances (../shared/BRIEF.md).
 TILEGYM_CASES = [
@@ -36,7 +42,14 @@ def no_cargo_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def run(code: str, env: dict[str, str]) -> dict:
+CAPABILITY_STANDIN = """
+import torch
+if not torch.cuda.is_available():
+    torch.cuda.get_device_capability = lambda device=None: (9, 0)
+"""
+
+
+def run(code: str, env: dict[str, str], capability_standin: bool = True) -> dict:
     prelude = textwrap.dedent(
         """
         import json, subprocess, sys
@@ -46,7 +59,7 @@ def run(code: str, env: dict[str, str]) -> dict:
                 spawned.append(str(args[0] if event != "subprocess.Popen" else args[1])[:200])
         sys.addaudithook(audit)
         """
-    )
+    ) + (CAPABILITY_STANDIN if capability_standin else "")
     p = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -156,6 +169,28 @@ def test_unknown_tilegym_kwargs_are_ignored_with_a_warning(tmp_path: Path) -> No
     )
     assert any("some_future_flag" in r for r in out["records"])
     assert "CUDA tensors" in out["error"]
+
+
+def test_register_without_a_gpu_says_why(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-GPU error; TileGym imports fine on this GPU machine")
+    out = run(
+        """
+        import tilegym_cutile_rs.tilegym_backend as backend
+        try:
+            backend.register()
+            error = None
+        except RuntimeError as exc:
+            error = str(exc)
+        print(json.dumps({"error": error}))
+        """,
+        no_cargo_env(tmp_path),
+        capability_standin=False,
+    )
+    assert out["error"] is not None and out["error"].startswith("TileGym failed to import"), out
+    assert "python -m tilegym_cutile_rs.check" in out["error"]
 
 
 @pytest.fixture(scope="module")

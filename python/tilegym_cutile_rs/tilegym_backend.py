@@ -41,7 +41,8 @@ def provided_ops() -> dict[str, Callable[..., Any]]:
 def register() -> list[str]:
     """Register our ops with TileGym under "cutile-rs" (idempotent); returns their names.
 
-    Raises ImportError with the install command when TileGym is not installed.
+    Raises ImportError with the install command when TileGym is not installed, and
+    RuntimeError when TileGym is installed but cannot import (no usable GPU).
     """
     global _registered
     with _lock:
@@ -54,6 +55,15 @@ def register() -> list[str]:
         except ImportError as exc:
             raise ImportError(
                 f"TileGym is not importable ({exc}); install it with `pip install 'tilegym-cutile-rs[tilegym]'`"
+            ) from exc
+        except Exception as exc:
+            # TileGym 1.5.1 queries the GPU while importing (tilegym.ops.tilecpp builds its
+            # autotune configs from torch.cuda.get_device_capability()), so it fails to
+            # import on a machine without a working NVIDIA driver.
+            raise RuntimeError(
+                f"TileGym failed to import ({type(exc).__name__}: {exc}); TileGym queries the CUDA "
+                "device at import, so it needs a working NVIDIA GPU and driver. "
+                "Run `python -m tilegym_cutile_rs.check` to see what this machine lacks."
             ) from exc
         names = []
         for name, impl in sorted(provided_ops().items()):
