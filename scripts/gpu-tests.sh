@@ -64,6 +64,17 @@ if [[ ${TESTS:-1} == 1 ]]; then
     echo "error: GPU tests must all run on a GPU machine ($n_skipped skipped of $n_tests)" >&2
     status=1
   fi
+  n_gpus=$("$python" -c "import torch; print(torch.cuda.device_count())")
+  if (( n_gpus >= 2 )); then
+    echo "== two-GPU tests ($n_gpus GPUs)"
+    "$python" -m pytest -m gpu2 tests -ra -q --junitxml="$results/junit-gpu2.xml" || status=$?
+    if grep -q '<skipped' "$results/junit-gpu2.xml"; then
+      echo "error: two-GPU tests skipped on a machine with $n_gpus GPUs" >&2
+      status=1
+    fi
+  else
+    echo "== two-GPU tests: not run, this machine has $n_gpus GPU"
+  fi
 fi
 
 # BENCHMARKS picks them (default: softmax first-call; sweep is the tile-config sweep).

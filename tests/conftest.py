@@ -14,11 +14,18 @@ def _has_gpu() -> bool:
 HAS_GPU = _has_gpu()
 
 
+def _gpu_count() -> int:
+    return __import__("torch").cuda.device_count() if HAS_GPU else 0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine")
+    skip2 = pytest.mark.skip(reason=f"needs two GPUs; this machine has {_gpu_count()}")
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip)
+        elif "gpu2" in item.keywords and _gpu_count() < 2:
+            item.add_marker(skip2)
 
 
 def make_standin_tileiras(directory, real, *, sleep: float | None = None, fail: str | None = None):  # type: ignore[no-untyped-def]
