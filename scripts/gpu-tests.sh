@@ -54,24 +54,26 @@ echo "== check"
 "$python" -m tilegym_cutile_rs.check --json > "$results/check.json" || true
 
 cd "$here"
-if [[ ${TESTS:-1} == 1 ]]; then
-  echo "== GPU tests"
-  "$python" -m pytest -m gpu tests -ra -q --junitxml="$results/junit.xml" || status=$?
-  skipped=$("$python" -c "import sys, xml.etree.ElementTree as ET; r = ET.parse(sys.argv[1]).getroot(); s = r if r.tag == 'testsuite' else r[0]; print(s.get('skipped'), s.get('tests'))" "$results/junit.xml")
-  read -r n_skipped n_tests <<<"$skipped"
-  echo "GPU tests: $n_tests run, $n_skipped skipped"
+# Runs the tests with pytest marker $1 (JUnit to $2); none may be skipped, and some must run.
+run_marked() {
+  local marker=$1 junit=$2 counts n_skipped n_tests
+  "$python" -m pytest -m "$marker" tests -ra -q --junitxml="$junit" || status=$?
+  counts=$("$python" -c "import sys, xml.etree.ElementTree as ET; r = ET.parse(sys.argv[1]).getroot(); s = r if r.tag == 'testsuite' else r[0]; print(s.get('skipped'), s.get('tests'))" "$junit")
+  read -r n_skipped n_tests <<<"$counts"
+  echo "$marker tests: $n_tests run, $n_skipped skipped"
   if [[ $n_tests == 0 || $n_skipped != 0 ]]; then
-    echo "error: GPU tests must all run on a GPU machine ($n_skipped skipped of $n_tests)" >&2
+    echo "error: $marker tests must all run on this machine ($n_skipped skipped of $n_tests)" >&2
     status=1
   fi
+}
+
+if [[ ${TESTS:-1} == 1 ]]; then
+  echo "== GPU tests"
+  run_marked gpu "$results/junit.xml"
   n_gpus=$("$python" -c "import torch; print(torch.cuda.device_count())")
   if (( n_gpus >= 2 )); then
     echo "== two-GPU tests ($n_gpus GPUs)"
-    "$python" -m pytest -m gpu2 tests -ra -q --junitxml="$results/junit-gpu2.xml" || status=$?
-    if grep -q '<skipped' "$results/junit-gpu2.xml"; then
-      echo "error: two-GPU tests skipped on a machine with $n_gpus GPUs" >&2
-      status=1
-    fi
+    run_marked gpu2 "$results/junit-gpu2.xml"
   else
     echo "== two-GPU tests: not run, this machine has $n_gpus GPU"
   fi

@@ -3,28 +3,33 @@ from __future__ import annotations
 import pytest
 
 
-def _has_gpu() -> bool:
+def _gpu_count() -> int:
     try:
         import torch
     except ImportError:
-        return False
-    return torch.cuda.is_available() and torch.cuda.device_count() > 0
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-HAS_GPU = _has_gpu()
+GPU_COUNT = _gpu_count()
+HAS_GPU = GPU_COUNT > 0
 
 
-def _gpu_count() -> int:
-    return __import__("torch").cuda.device_count() if HAS_GPU else 0
+@pytest.fixture(scope="module")
+def lib():  # type: ignore[no-untyped-def]
+    """The loaded kernel library (its cffi handle)."""
+    from tilegym_cutile_rs import _library
+
+    return _library.library()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine")
-    skip2 = pytest.mark.skip(reason=f"needs two GPUs; this machine has {_gpu_count()}")
+    skip2 = pytest.mark.skip(reason=f"needs two GPUs; this machine has {GPU_COUNT}")
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip)
-        elif "gpu2" in item.keywords and _gpu_count() < 2:
+        elif "gpu2" in item.keywords and GPU_COUNT < 2:
             item.add_marker(skip2)
 
 

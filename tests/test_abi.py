@@ -12,11 +12,6 @@ from tilegym_cutile_rs.errors import DeviceError
 from .conftest import HAS_GPU
 
 
-@pytest.fixture(scope="module")
-def lib():  # type: ignore[no-untyped-def]
-    return _library.library()
-
-
 def desc(lib, shape, strides=None, dtype=None, ptr=0x1000):  # type: ignore[no-untyped-def]
     d = _library.ffi().new("TensorDesc *")
     d.ptr = ptr

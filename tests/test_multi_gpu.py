@@ -13,25 +13,14 @@ import pytest
 import torch
 
 import tilegym_cutile_rs
-from tilegym_cutile_rs import _library
+from tilegym_cutile_rs import _abi
 from tilegym_cutile_rs.errors import DeviceError
 
 from .conftest import HAS_GPU
 from .test_abi import call, desc
+from .test_softmax_gpu import check
 
 SHAPES = [(7, 9), (64, 1000), (33, 4096), (5, 20000), (1, 1)]
-
-
-def check_on(x: torch.Tensor) -> None:
-    y = tilegym_cutile_rs.softmax(x)
-    assert y.device == x.device
-    ref = torch.softmax(x.float(), dim=-1).to(x.dtype)
-    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-7)
-
-
-@pytest.fixture
-def lib():  # type: ignore[no-untyped-def]
-    return _library.library()
 
 
 @pytest.mark.skipif(HAS_GPU, reason="needs a machine without an NVIDIA driver")
@@ -53,10 +42,8 @@ def test_device_past_the_last_gpu_is_a_device_error(lib) -> None:  # type: ignor
     status, msg = call(lib, d, desc(lib, [2, 3], ptr=x.data_ptr()), 1, 4, 0, device=count)
     assert status == lib.CUTILE_ERR_DEVICE_INIT and f"CUDA device {count}" in msg, msg
     with pytest.raises(DeviceError):
-        from tilegym_cutile_rs import _abi
-
         _abi.check_status(status, "softmax")
-    check_on(x)  # the process keeps working on the real device
+    check(x)  # the process keeps working on the real device
 
 
 @pytest.mark.gpu
@@ -65,7 +52,7 @@ def test_current_device_does_not_pick_the_kernel_device() -> None:
     last = torch.cuda.device_count() - 1
     x = torch.randn(64, 1000, device=f"cuda:{last}")
     with torch.cuda.device(0):
-        check_on(x)
+        check(x)
 
 
 @pytest.mark.gpu2
@@ -73,7 +60,7 @@ def test_alternating_devices_in_one_process() -> None:
     for round_ in range(3):
         for index in (0, 1, 1, 0):
             for m, n in SHAPES:
-                check_on(torch.randn(m, n, device=f"cuda:{index}") * (round_ + 1))
+                check(torch.randn(m, n, device=f"cuda:{index}") * (round_ + 1))
 
 
 @pytest.mark.gpu2
@@ -103,10 +90,7 @@ def test_two_threads_two_gpus_at_once() -> None:
                 for i in range(300):
                     m, n = SHAPES[i % len(SHAPES)]
                     x = torch.randn(m, n, device=f"cuda:{index}")
-                    y = tilegym_cutile_rs.softmax(x)
-                    stream.synchronize()
-                    assert y.device == x.device
-                    torch.testing.assert_close(y, torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-7)
+                    check(x)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
