@@ -3,24 +3,27 @@
 
 The CPU tests run in fresh interpreters with no cargo on PATH (as on a user's
 machine), so TileGym's own cutile-rs availability probe says no and only our
-registration can make the backend available. TileGym 1.5.1 asks torch for the
-GPU's compute capability while it imports (tilegym.ops.tilecpp), which raises on
-a machine without a driver; on such a machine these subprocesses answer that one
-query as an H200 would (9, 0), so the registration wiring is tested without a
-GPU. test_register_without_a_gpu_says_why covers the unpatched case."""
+registration can make the backend available. Where TileGym 1.5.1 finds nvcc >=
+13.3 (the [tileiras] extra's nvcc on PATH, as in scripts/test.sh) it imports its
+tilecpp backend, which asks torch for the GPU's compute capability and raises on
+a machine without a driver; these subprocesses answer that one query as an H200
+would (9, 0), so the registration wiring is tested without a GPU either way.
+test_register_without_a_gpu_says_why covers the unpatched case."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import importlib.util
 import subprocess
 import sys
-import importlib.util
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from .conftest import HAS_GPU
 
 if importlib.util.find_spec("tilegym") is None:
     pytest.skip("TileGym is installed by the [tilegym] extra (scripts/test.sh does)", allow_module_level=True)
@@ -171,11 +174,15 @@ def test_unknown_tilegym_kwargs_are_ignored_with_a_warning(tmp_path: Path) -> No
     assert "CUDA tensors" in out["error"]
 
 
+@pytest.mark.skipif(HAS_GPU, reason="needs a machine without an NVIDIA driver")
 def test_register_without_a_gpu_says_why(tmp_path: Path) -> None:
-    import torch
+    from tilegym_cutile_rs import _toolchain
 
-    if torch.cuda.is_available():
-        pytest.skip("checks the no-GPU error; TileGym imports fine on this GPU machine")
+    # TileGym enables its tilecpp backend, whose import queries the GPU, when it finds
+    # nvcc >= 13.3: point it at the [tileiras] extra's nvcc (13.4.92).
+    nvcc = _toolchain.find().ptxas.with_name("nvcc")
+    if not nvcc.exists():
+        pytest.skip(f"needs nvcc >= 13.3 next to ptxas ({nvcc}); the [tileiras] extra installs it")
     out = run(
         """
         import tilegym_cutile_rs.tilegym_backend as backend
@@ -186,7 +193,7 @@ def test_register_without_a_gpu_says_why(tmp_path: Path) -> None:
             error = str(exc)
         print(json.dumps({"error": error}))
         """,
-        no_cargo_env(tmp_path),
+        {**no_cargo_env(tmp_path), "TILECPP_NVCC_PATH": str(nvcc)},
         capability_standin=False,
     )
     assert out["error"] is not None and out["error"].startswith("TileGym failed to import"), out

@@ -57,13 +57,13 @@ def register() -> list[str]:
                 f"TileGym is not importable ({exc}); install it with `pip install 'tilegym-cutile-rs[tilegym]'`"
             ) from exc
         except Exception as exc:
-            # TileGym 1.5.1 queries the GPU while importing (tilegym.ops.tilecpp builds its
-            # autotune configs from torch.cuda.get_device_capability()), so it fails to
-            # import on a machine without a working NVIDIA driver.
+            # Where TileGym 1.5.1 finds nvcc >= 13.3 it imports tilegym.ops.tilecpp, which
+            # builds autotune configs from torch.cuda.get_device_capability() at import:
+            # then TileGym fails to import on a machine without a working NVIDIA driver.
             raise RuntimeError(
-                f"TileGym failed to import ({type(exc).__name__}: {exc}); TileGym queries the CUDA "
-                "device at import, so it needs a working NVIDIA GPU and driver. "
-                "Run `python -m tilegym_cutile_rs.check` to see what this machine lacks."
+                f"TileGym failed to import ({type(exc).__name__}: {exc}); with nvcc >= 13.3 found, "
+                "TileGym's tilecpp backend queries the CUDA device at import, so it needs a working "
+                "NVIDIA GPU and driver. Run `python -m tilegym_cutile_rs.check` to see what this machine lacks."
             ) from exc
         names = []
         for name, impl in sorted(provided_ops().items()):
