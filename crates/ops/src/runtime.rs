@@ -37,6 +37,9 @@ fn device_init_error(device: i32, err: &dyn std::fmt::Display) -> OpError {
     )
 }
 
+/// Borrowed stream wrappers by (device ordinal, `CUstream` handle).
+type BorrowedStreams = HashMap<(usize, u64), Arc<Stream>>;
+
 /// Borrows the caller's stream (a `CUstream` handle; 0 is the legacy default stream).
 ///
 /// The wrapper is kept for the process and never dropped: cuda-core's `Drop for
@@ -44,7 +47,7 @@ fn device_init_error(device: i32, err: &dyn std::fmt::Display) -> OpError {
 /// CUDA-graph capture in progress on it and, on a busy stream, registers a
 /// completion callback per launch. One entry per distinct stream handle seen.
 pub fn borrow_stream(ctx: &Arc<Context>, stream: u64) -> Arc<Stream> {
-    static STREAMS: OnceLock<Mutex<HashMap<(usize, u64), Arc<Stream>>>> = OnceLock::new();
+    static STREAMS: OnceLock<Mutex<BorrowedStreams>> = OnceLock::new();
     let mut map = STREAMS.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap_or_else(|p| p.into_inner());
     map.entry((ctx.ordinal(), stream))
         // SAFETY: the caller (torch) owns the stream and keeps it alive past each

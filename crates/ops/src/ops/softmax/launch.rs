@@ -46,7 +46,7 @@ pub fn softmax(
         return Err(OpError::invalid(format!("x rows overlap: row stride {} < row length {n}", x.strides[0])));
     }
     for (name, b) in [("block_m", block_m), ("block_n", block_n)] {
-        if b < 1 || b > MAX_BLOCK || b & (b - 1) != 0 {
+        if !(1..=MAX_BLOCK).contains(&b) || b & (b - 1) != 0 {
             return Err(OpError::invalid(format!("{name} = {b}: must be a power of two in 1..={MAX_BLOCK}")));
         }
     }
