@@ -79,13 +79,15 @@ if [[ ${TESTS:-1} == 1 ]]; then
   fi
 fi
 
-# BENCHMARKS picks them (default: softmax first-call; sweep is the tile-config sweep).
+# BENCHMARKS picks them (default: softmax first-call; sweep is the tile-config sweep,
+# profile splits kernel, launch-gap and host time).
 for bench in ${BENCHMARKS-softmax first-call}; do
   echo "== benchmark $bench"
   case $bench in
     softmax) "$python" benchmarks/softmax_bench.py ${BENCH_ARGS:-} | tee "$results/benchmark.md" || status=1 ;;
     first-call) "$python" benchmarks/first_call_bench.py | tee "$results/first-call.md" || status=1 ;;
     sweep) "$python" benchmarks/softmax_sweep.py | tee "$results/sweep.md" || status=1 ;;
+    profile) "$python" benchmarks/softmax_profile.py | tee "$results/profile.md" || status=1 ;;
     *) echo "unknown benchmark $bench" >&2; status=1 ;;
   esac
 done

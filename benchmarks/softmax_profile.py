@@ -1,0 +1,136 @@
+"""Where softmax time goes, ours against torch.softmax, per shape.
+
+    python benchmarks/softmax_profile.py [--shapes 256x256,8192x256] [--dtypes float32,bfloat16]
+
+Per shape and dtype, in microseconds per call:
+- kernel: the GPU kernel's own duration (CUPTI, through torch.profiler; L2 warm);
+- events: time between CUDA events around one call after an L2 flush, as
+  triton.testing.do_bench measures it (the median of 50);
+- queued: 200 calls enqueued behind a 50 ms GPU sleep, timed by events around
+  all 200: what the GPU does per call when the host is never the limit;
+- host: the host's time per call for those 200 enqueues, while the GPU is still
+  asleep. A call that waits for the GPU shows here as thousands of us.
+Then the host time of a 1x256 float32 call, split into its parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+import tilegym_cutile_rs
+from tilegym_cutile_rs import _abi, _device, _library
+from tilegym_cutile_rs.ops import softmax as sm
+
+SHAPES = "8192x256,8192x1024,8192x4096,2048x32768,256x256,256x2048,256x32768,256x9,256x1009"
+CALLS = 200
+
+
+def kernel_us(fn: Callable[[], Any]) -> float:
+    """Mean duration of the GPU kernels one call of fn launches (CUPTI)."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+    total = sum(e.device_time for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    return total / 20
+
+
+def events_us(fn: Callable[[], Any]) -> float:
+    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    times = []
+    for _ in range(50):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        times.append((start, end))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in times) * 1e3
+
+
+def queued_us(fn: Callable[[], Any]) -> tuple[float, float]:
+    """(GPU us per call, host us per call) for CALLS calls enqueued behind a GPU sleep."""
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(50_000_000)  # cycles: ~30 ms at the H200's clock
+    start.record()
+    t0 = time.perf_counter()
+    for _ in range(CALLS):
+        fn()
+    host = (time.perf_counter() - t0) / CALLS * 1e6
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / CALLS, host
+
+
+def per_shape(shapes: str, dtypes: str) -> None:
+    cols = ["M x N", "dtype", "config"]
+    for who in ("ours", "torch"):
+        cols += [f"{who} kernel", f"{who} events", f"{who} queued", f"{who} host"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + " --- |" * len(cols))
+    for shape in shapes.split(","):
+        m, n = (int(v) for v in shape.split("x"))
+        for dtype_name in dtypes.split(","):
+            x = torch.randn(m, n, device="cuda", dtype=getattr(torch, dtype_name))
+            row = [f"{m} x {n}", dtype_name, str(sm.softmax_config(m, n, x.element_size()))]
+            for fn in (lambda: tilegym_cutile_rs.softmax(x), lambda: torch.softmax(x, -1)):
+                for _ in range(3):  # compile (or load from the kernel cache) and make the plan first
+                    fn()
+                queued, host = queued_us(fn)
+                row += [f"{kernel_us(fn):.1f}", f"{events_us(fn):.1f}", f"{queued:.1f}", f"{host:.1f}"]
+            print("| " + " | ".join(row) + " |", flush=True)
+
+
+def host_split(calls: int = 20000) -> None:
+    """Host us per call of each layer of our call stack, for a 1x256 float32 softmax."""
+    x = torch.randn(1, 256, device="cuda")
+    y = torch.empty_like(x)
+    lib, ffi = _library.library(), _library.ffi()
+    config = sm.softmax_config(1, 256, 4)
+    xd, yd = _abi.tensor_desc(x), _abi.tensor_desc(y)
+    stream = _device.current_stream(0)
+    parts: list[tuple[str, Callable[[], Any]]] = [
+        ("torch.softmax", lambda: torch.softmax(x, -1)),
+        ("tilegym_cutile_rs.softmax", lambda: tilegym_cutile_rs.softmax(x)),
+        ("library call, descriptors made once", lambda: lib.cutile_softmax(xd, yd, *config, 0, stream)),
+        ("library call rejected at once (block_m 3)", lambda: lib.cutile_softmax(xd, yd, 3, 256, 0, 0, stream)),
+        ("cffi call of an empty export", lambda: lib.cutile_abi_fingerprint()),
+        ("two TensorDescs", lambda: (_abi.tensor_desc(x), _abi.tensor_desc(y))),
+        ("torch.empty_like", lambda: torch.empty_like(x)),
+        ("current stream handle", lambda: _device.current_stream(0)),
+    ]
+    print("\n| 1x256 float32, host per call | us |")
+    print("| --- | --- |")
+    for name, fn in parts:
+        for _ in range(200):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        print(f"| {name} | {(time.perf_counter() - t0) / calls * 1e6:.2f} |", flush=True)
+    del ffi
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default=SHAPES)
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    args = parser.parse_args()
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
+    per_shape(args.shapes, args.dtypes)
+    host_split()
+
+
+if __name__ == "__main__":
+    main()
