@@ -23,6 +23,8 @@ from typing import Any
 from . import _cache
 
 ENABLE_ENV = "TILEGYM_CUTILE_RS_AUTOTUNE"
+# GPU clock cycles to sleep before the timed runs: a few ms, longer than the host takes to queue them.
+_QUEUE_CYCLES = 10_000_000
 FORMAT = 1
 log = logging.getLogger("tilegym_cutile_rs")
 
@@ -100,7 +102,8 @@ def tune(
     *,
     reps: int = 20,
 ) -> tuple[int, ...]:
-    """Time each candidate with CUDA events on the current stream; record and return the fastest.
+    """Time each candidate with CUDA events on the current stream (runs queued behind a GPU
+    sleep, so host launch time does not count); record and return the fastest.
 
     `run(config)` launches the op once. A candidate that raises is skipped (and logged).
     """
@@ -117,6 +120,9 @@ def tune(
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             for _ in range(3):
                 run(config)
+            # The GPU sleeps while the host queues the timed runs, so the events time
+            # the kernels back to back, not the host's launch rate (which small shapes hit).
+            torch.cuda._sleep(_QUEUE_CYCLES)
             begin.record()
             for _ in range(reps):
                 run(config)
