@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import tilegym_cutile_rs
+from tilegym_cutile_rs.ops import softmax as softmax_module
 from tilegym_cutile_rs.ops.softmax import softmax_config
 
 pytestmark = pytest.mark.gpu
@@ -69,6 +70,59 @@ def test_non_contiguous_inputs() -> None:
     check(base[::3])  # every third row
     check(base.t())  # transposed: copied to a contiguous layout first
     check(base.t(), dim=0)
+
+
+def plan_for(x: torch.Tensor, dim: int = -1) -> softmax_module._Plan | None:
+    return softmax_module._plans().get((x.shape, x.stride(), x.dtype, x.get_device(), dim))
+
+
+def test_repeated_calls_take_each_call_s_data() -> None:
+    # The first call of a shape makes this thread's plan; later calls only swap pointers.
+    base = torch.randn(3, 64, 2048, device="cuda", dtype=torch.bfloat16)
+    for i in range(3):
+        check(base[i])
+        check(base[i, :, 100:1300])  # strided rows at an offset pointer
+        check(base[i].view(8, 8, 2048))
+    assert plan_for(base[0]) is not None and plan_for(base[0, :, 100:1300]) is not None
+    assert plan_for(base[0].t()) is None  # a copied input never gets a plan
+    check(base[0].t())
+    assert plan_for(base[0].t()) is None
+
+
+def test_plans_are_per_thread() -> None:
+    import threading
+
+    xs = [torch.randn(33, 777, device="cuda") + i for i in range(4)]
+    errors: list[BaseException] = []
+
+    def work(x: torch.Tensor) -> None:
+        try:
+            for _ in range(50):
+                check(x)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(x,)) for x in xs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert plan_for(xs[0]) is None  # made on the worker threads, not here
+
+
+def test_a_tuned_decision_replaces_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.randn(41, 1501, device="cuda")
+    check(x)
+    check(x)
+    heuristic = plan_for(x)
+    assert heuristic is not None and heuristic.args[:3] == softmax_config(41, 1501, 4)
+    tuned = (2, 2048, 1)
+    monkeypatch.setattr(softmax_module, "_choose_uncached", lambda x2, index, autotune: (tuned, True))
+    torch.testing.assert_close(tilegym_cutile_rs.softmax(x, autotune=True), reference(x), **TOL[torch.float32])
+    check(x)
+    check(x)
+    assert plan_for(x).args[:3] == tuned
 
 
 def test_extreme_values() -> None:

@@ -37,12 +37,17 @@ def sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def current_stream(index: int) -> int:
-    """The CUstream handle of torch's current stream on device `index`."""
+@functools.lru_cache(maxsize=None)
+def _raw_stream_getter() -> Any:
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object: ~10x cheaper
-    return int(raw(index)) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+    return raw if raw is not None else (lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
+def current_stream(index: int) -> int:
+    """The CUstream handle of torch's current stream on device `index`."""
+    return _raw_stream_getter()(index)
 
 
 def check_cuda_tensor(x: Any, op: str) -> None:

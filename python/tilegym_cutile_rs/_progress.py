@@ -29,6 +29,7 @@ log = logging.getLogger("tilegym_cutile_rs")
 _inflight: dict[int, list] = {}
 _thread: threading.Thread | None = None
 _start_lock = threading.Lock()
+_monotonic, _get_ident = time.monotonic, threading.get_ident  # per-call path: skip two lookups
 
 
 def timeout_s() -> float:
@@ -113,13 +114,13 @@ def begin(what: tuple) -> list:
     only if reported). Returns its slot for end(); slot[3] says whether tileiras was killed."""
     if _thread is None:
         _ensure_thread()
-    slot = [time.monotonic(), what, False, False]
-    _inflight[threading.get_ident()] = slot
+    slot = [_monotonic(), what, False, False]
+    _inflight[_get_ident()] = slot
     return slot
 
 
 def end(slot: list) -> None:
-    _inflight.pop(threading.get_ident(), None)
+    _inflight.pop(_get_ident(), None)
 
 
 def timed_out_message(slot: list) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 from .. import _abi, _autotune, _device, _library, _progress
@@ -10,17 +11,20 @@ from .. import _abi, _autotune, _device, _library, _progress
 __all__ = ["softmax", "softmax_config", "softmax_candidates"]
 
 SUPPORTED = ("float32", "float16", "bfloat16")
-# Rows up to this many elements are softmaxed in one register tile; longer rows
-# loop over tiles of LOOP_BLOCK_N (two reads: online max/sum, then normalise).
-SINGLE_TILE_MAX_N = {4: 8192, 2: 16384}
-LOOP_BLOCK_N = {4: 8192, 2: 8192}
-# Elements per CTA tile for the single-tile kernel, and the CTAs-per-SM hint:
-# the winners of benchmarks/softmax_sweep.py on the H200 (docs/benchmarks.md),
-# where occupancy 2 beat the compiler's choice at every large shape.
-TILE_ELEMENTS = {4: 8192, 2: 16384}
-SHORT_ROW_ELEMENTS = 8192  # rows of 256 or fewer
-OCCUPANCY = 2
+# The shape heuristic, fitted to benchmarks/softmax_sweep.py on the H200
+# (kernel time, docs/benchmarks.md): per element size, rows up to `block_n`
+# elements take one register tile of `elements` per CTA (block_m = elements //
+# block_n rows) with `occupancy` CTAs per SM; longer rows loop over LOOP tiles
+# (two reads: online max/sum, then normalise).
+SINGLE_TILE = {  # element size -> [(largest block_n, elements per CTA tile, occupancy)]
+    4: [(256, 4096, 4), (2048, 8192, 4), (4096, 4096, 4), (8192, 8192, 4), (16384, 16384, 2)],
+    2: [(256, 4096, 4), (8192, 8192, 4)],
+}
+LOOP = {4: (16384, 2), 2: (4096, 4)}  # element size -> (block_n, occupancy)
 MAX_BLOCK_M = 64
+# Row blocks shrink until there are this many CTAs (when there are rows enough):
+# about two per SM of an H200 (132 SMs); few-row problems were fastest so.
+MIN_CTAS = 256
 # The widest single tile the autotuner tries (register pressure beyond it).
 MAX_TILE_ELEMENTS = 32768
 
@@ -35,12 +39,13 @@ def softmax_config(m: int, n: int, element_size: int) -> tuple[int, int, int]:
     block_n >= n takes the single-tile kernel, else the row loop; occupancy 0
     would leave the CTAs-per-SM choice to tileiras.
     """
-    if n <= SINGLE_TILE_MAX_N[element_size]:
-        block_n = _next_pow2(n)
-        elements = SHORT_ROW_ELEMENTS if block_n <= 256 else TILE_ELEMENTS[element_size]
-        block_m = max(1, min(elements // block_n, _next_pow2(m), MAX_BLOCK_M))
-        return block_m, block_n, OCCUPANCY
-    return 1, LOOP_BLOCK_N[element_size], OCCUPANCY
+    block_n = _next_pow2(n)
+    for largest, elements, occupancy in SINGLE_TILE[element_size]:
+        if block_n <= largest:
+            enough_ctas = 1 << max(0, (m // MIN_CTAS).bit_length() - 1)  # largest power of two <= m / MIN_CTAS
+            return max(1, min(elements // block_n, enough_ctas, MAX_BLOCK_M)), block_n, occupancy
+    loop_n, occupancy = LOOP[element_size]
+    return 1, loop_n, occupancy
 
 
 def softmax_candidates(m: int, n: int, element_size: int) -> list[tuple[int, int, int]]:
@@ -56,7 +61,7 @@ def softmax_candidates(m: int, n: int, element_size: int) -> list[tuple[int, int
         for width in (2048, 4096, 8192, 16384):
             if width < n:
                 shapes.add((1, width))
-    configs = {(bm, bn, occ) for bm, bn in shapes for occ in (0, 1, 2)}
+    configs = {(bm, bn, occ) for bm, bn in shapes for occ in (0, 1, 2, 4)}
     configs.add(base)
     return sorted(configs)
 
@@ -94,6 +99,8 @@ def _choose(x2: Any, index: int, autotune: bool) -> tuple[int, int, int]:
     memo = (index, x2.dtype, m, n)
     found = _chosen.get(memo)
     if found is None or (autotune and not found[1]):
+        if found is not None:
+            _Plan.generation += 1  # a tuned decision replaces the heuristic's: drop plans made with it
         found = _choose_uncached(x2, index, autotune)
         if len(_chosen) >= _CHOSEN_MAX:
             _chosen.clear()
@@ -118,7 +125,54 @@ def _choose_uncached(x2: Any, index: int, autotune: bool) -> tuple[tuple[int, in
     return _autotune.tune(key, softmax_candidates(m, n, size), lambda c: _launch(x2, scratch, c, index)), True
 
 
-def _forward(x: Any, dim: int, config: Any, autotune: bool) -> Any:
+class _Plan:
+    """What a repeated call needs, for one (shape, strides, dtype, device, dim) whose
+    softmax dim is last and whose [m, n] view needs no copy: the chosen config and
+    this thread's two TensorDescs, of which only the data pointers change per call.
+    The library checks every descriptor again, so a plan can cost time, never safety."""
+
+    __slots__ = ("x_desc", "y_desc", "args", "what", "made_in", "dense", "launch", "stream")
+    generation = 0  # bumped whenever a config decision changes
+
+    def __init__(self, x: Any, x2: Any, y2: Any, config: tuple[int, int, int], index: int) -> None:
+        self.x_desc, self.y_desc = _abi.tensor_desc(x2), _abi.tensor_desc(y2)
+        self.args = (*config, index)
+        self.what = ("softmax", x2.dtype, tuple(x2.shape), "config", config)
+        self.made_in = _Plan.generation
+        # empty_like is several us cheaper than torch.empty(shape, dtype=, device=), and
+        # gives the contiguous output only when x is contiguous.
+        self.dense = x.is_contiguous()
+        self.launch = _library.library().cutile_softmax
+        self.stream = functools.partial(_device.current_stream, index)
+
+
+_local = threading.local()
+_PLANS_MAX = 1024
+
+
+def _plans() -> dict[tuple, _Plan]:
+    try:
+        return _local.plans
+    except AttributeError:
+        _local.plans = {}
+        return _local.plans
+
+
+def _run_plan(plan: _Plan, x: Any, torch: Any) -> Any:
+    y = torch.empty_like(x) if plan.dense else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    plan.x_desc.ptr = x.data_ptr()
+    plan.y_desc.ptr = y.data_ptr()
+    slot = _progress.begin(plan.what)
+    try:
+        status = plan.launch(plan.x_desc, plan.y_desc, *plan.args, plan.stream())
+    finally:
+        _progress.end(slot)
+    if status != 0:
+        _abi.check_status(status, "softmax", hint=_progress.timed_out_message(slot))
+    return y
+
+
+def _forward(x: Any, dim: int, config: Any, autotune: bool, plan_key: tuple | None = None) -> Any:
     import torch
 
     ndim = max(x.dim(), 1)
@@ -140,6 +194,11 @@ def _forward(x: Any, dim: int, config: Any, autotune: bool) -> Any:
     else:
         config = _check_config(config)
     _launch(x2, y2, config, index)
+    if plan_key is not None and dim == ndim - 1 and x.dim() > 0 and x2.data_ptr() == x.data_ptr():
+        plans = _plans()
+        if len(plans) >= _PLANS_MAX:
+            plans.clear()
+        plans[plan_key] = _Plan(x, x2, y2, config, index)
     y = y2.view(moved.shape)
     if dim != ndim - 1:
         y = y.movedim(-1, dim).contiguous()
@@ -197,6 +256,13 @@ def softmax(x: Any, dim: int = -1, *, config: Any = None, autotune: bool = False
     """
     import torch
 
+    fast = config is None and not autotune and type(x) is torch.Tensor
+    if fast:
+        # The per-call fast path: a shape seen before on this thread, no autograd.
+        plan_key = (x.shape, x.stride(), x.dtype, x.get_device(), dim)
+        plan = _plans().get(plan_key)
+        if plan is not None and plan.made_in == _Plan.generation and not (x.requires_grad and torch.is_grad_enabled()):
+            return _run_plan(plan, x, torch)
     _device.check_cuda_tensor(x, "softmax")
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"softmax supports {', '.join(SUPPORTED)}; x is {x.dtype}. Cast it, e.g. x.float()")
@@ -207,7 +273,7 @@ def softmax(x: Any, dim: int = -1, *, config: Any = None, autotune: bool = False
         raise IndexError(f"dim {dim} is out of range for a tensor with {x.dim()} dims")
     if x.requires_grad and torch.is_grad_enabled():
         return _autograd_function().apply(x, dim % ndim, config, autotune)
-    return _forward(x, dim, config, autotune)
+    return _forward(x, dim, config, autotune, plan_key if fast else None)
 
 
 # TileGym's softmax keywords, and what they mean for our kernel.
