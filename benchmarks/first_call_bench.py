@@ -6,8 +6,9 @@ Each measurement is a fresh Python process whose kernel cache is a directory thi
 script owns ($TILEGYM_CUTILE_RS_CACHE_DIR), so "cold" really is empty. Prints:
 - the first softmax call (1000x1000 f32; timed from the call, torch already
   imported and the input on the GPU) cold and warm, with tileiras runs;
-- a sweep of 50 shapes and dtypes in one process, cold then warm: total time and
-  tileiras runs (the warm sweep must run none);
+- a sweep of 50 shapes and dtypes in one process, cold then warm: total time,
+  tileiras runs (the warm sweep must run none) and warm starts (kernels loaded from
+  the cache's warm-start index, no lowering; crates/ops/src/warm_start.rs);
 - cuTile Python's first call through TileGym with its own cache off, when installed.
 """
 
@@ -30,7 +31,8 @@ _library.library(); _device.prepare(0)  # load + check the library, find the too
 t1 = time.perf_counter()
 y = tilegym_cutile_rs.softmax(x); torch.cuda.synchronize()
 t2 = time.perf_counter()
-print(json.dumps({"ms": (t2 - t0) * 1e3, "setup_ms": (t1 - t0) * 1e3, "tileiras_runs": _cache.stats()["tileiras_runs"]}))
+stats = _cache.stats()
+print(json.dumps({"ms": (t2 - t0) * 1e3, "setup_ms": (t1 - t0) * 1e3, "tileiras_runs": stats["tileiras_runs"], "warm_starts": stats["warm_starts"]}))
 """
 
 SWEEP = """
@@ -44,7 +46,8 @@ for x in xs:
     tilegym_cutile_rs.softmax(x)
 torch.cuda.synchronize()
 from tilegym_cutile_rs import _cache
-print(json.dumps({"s": time.perf_counter() - t0, "tileiras_runs": _cache.stats()["tileiras_runs"]}))
+stats = _cache.stats()
+print(json.dumps({"s": time.perf_counter() - t0, "tileiras_runs": stats["tileiras_runs"], "warm_starts": stats["warm_starts"]}))
 """
 
 CUTILE_PYTHON = """
@@ -84,21 +87,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "TILEGYM_CUTILE_RS_CACHE_DIR": os.path.join(tmp, "first"), "CUTILE_JIT_TIMING": "1"}
         cold, warm = run(FIRST, env), run(FIRST, env)
-        print("| first call, 1000x1000 f32 | ms | of which setup | lowering (cutile stage 1) | tileiras or disk (stage 2) | module load (stage 3) | tileiras runs |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| first call, 1000x1000 f32 | ms | of which setup | lowering (cutile stage 1) | tileiras or disk (stage 2) | module load (stage 3) | tileiras runs | warm starts |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for label, r in (("empty cache", cold), ("warm cache", warm)):
             st = r.get("stages", {})
             print(f"| {label} | {r['ms']:.0f} | {r['setup_ms']:.0f} | {st.get('stage1_ms', float('nan')):.0f} | "
-                  f"{st.get('stage2_ms', float('nan')):.0f} | {st.get('stage3_ms', float('nan')):.0f} | {r['tileiras_runs']} |")
+                  f"{st.get('stage2_ms', float('nan')):.0f} | {st.get('stage3_ms', float('nan')):.0f} | {r['tileiras_runs']} | {r['warm_starts']} |")
         shapes = json.dumps(sweep_shapes())
         env = {**os.environ, "TILEGYM_CUTILE_RS_CACHE_DIR": os.path.join(tmp, "sweep"), "CUTILE_JIT_TIMING": "1"}
         cold, warm = run(SWEEP, env, shapes), run(SWEEP, env, shapes)
-        print("\n| 50-shape sweep, one process | seconds | lowering s | tileiras or disk s | module load s | tileiras runs |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("\n| 50-shape sweep, one process | seconds | lowering s | tileiras or disk s | module load s | tileiras runs | warm starts |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         for label, r in (("empty cache", cold), ("warm cache", warm)):
             st = r.get("stages", {})
             print(f"| {label} | {r['s']:.2f} | {st.get('stage1_ms', 0) / 1e3:.2f} | {st.get('stage2_ms', 0) / 1e3:.2f} | "
-                  f"{st.get('stage3_ms', 0) / 1e3:.2f} | {r['tileiras_runs']} |")
+                  f"{st.get('stage3_ms', 0) / 1e3:.2f} | {r['tileiras_runs']} | {r['warm_starts']} |")
         try:
             ct = run(CUTILE_PYTHON, {**os.environ, "CUDA_TILE_CACHE_DIR": "0"})
             print(f"\ncuTile Python (TileGym backend cutile, its cache off) first call: {ct['ms']:.0f} ms")

@@ -62,7 +62,22 @@ def test_second_process_compiles_nothing(tmp_path: Path) -> None:
     first = run(CHECKED_RUN, env, json.dumps(SHAPES))
     assert first["ok"] and first["tileiras_runs"] >= len(SHAPES) and first["puts"] == first["tileiras_runs"]
     second = run(CHECKED_RUN, env, json.dumps(SHAPES))
-    assert second["ok"] and second["tileiras_runs"] == 0 and second["hits"] == first["puts"]
+    # Every kernel comes from the warm-start index: no tileiras, no lowering, no bytecode-keyed lookup.
+    assert second["ok"] and second["tileiras_runs"] == 0
+    assert (second["warm_starts"], second["hits"]) == (first["puts"], 0)
+
+
+def test_a_corrupt_cache_is_recompiled_not_loaded(tmp_path: Path) -> None:
+    env = cache_env(tmp_path / "cache")
+    first = run(CHECKED_RUN, env, json.dumps(SHAPES))
+    entries = _cache.entries(tmp_path / "cache")
+    assert len(entries) == 2 * first["puts"]  # a cubin and a warm-start index entry per kernel
+    for entry in entries:
+        data = bytearray(entry.path.read_bytes())
+        data[-1] ^= 0xFF
+        entry.path.write_bytes(bytes(data))
+    second = run(CHECKED_RUN, env, json.dumps(SHAPES))
+    assert second["ok"] and second["warm_starts"] == 0 and second["tileiras_runs"] == first["tileiras_runs"]
 
 
 def test_processes_sharing_one_cache_at_once(tmp_path: Path) -> None:

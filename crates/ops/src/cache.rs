@@ -12,7 +12,7 @@ use cutile::jit_cache::{self, FileSystemJitStore, JitStore};
 use sha2::{Digest, Sha256};
 use std::ffi::{c_char, CStr};
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// A `FileSystemJitStore` whose keys are re-derived with a salt, so entries
 /// written by another library build or toolchain are simply never found.
@@ -34,9 +34,14 @@ impl SaltedStore {
 
 impl JitStore for SaltedStore {
     fn get(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
-        self.inner.get(&self.key(key))
+        let found = self.inner.get(&self.key(key))?;
+        if let Some(bytes) = &found {
+            crate::warm_start::observe_entry(bytes);
+        }
+        Ok(found)
     }
     fn put(&self, key: &str, value: &[u8]) -> io::Result<()> {
+        crate::warm_start::observe_entry(value);
         self.inner.put(&self.key(key), value)
     }
     fn contains(&self, key: &str) -> io::Result<bool> {
@@ -47,6 +52,28 @@ impl JitStore for SaltedStore {
     }
     fn clear(&self) -> io::Result<()> {
         self.inner.clear()
+    }
+}
+
+/// The store installed with `cutile_cache_enable`, for the warm-start index.
+static INSTALLED: RwLock<Option<Arc<SaltedStore>>> = RwLock::new(None);
+
+fn installed_store() -> Option<Arc<SaltedStore>> {
+    INSTALLED.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+pub(crate) fn installed() -> bool {
+    installed_store().is_some()
+}
+
+/// A warm-start index entry (kept in the same salted store as the cubins).
+pub(crate) fn get_index(key: &str) -> Option<Vec<u8>> {
+    installed_store()?.get(key).ok().flatten()
+}
+
+pub(crate) fn put_index(key: &str, value: &[u8]) {
+    if let Some(store) = installed_store() {
+        let _ = store.put(key, value); // a lost index entry only costs the next process a lowering
     }
 }
 
@@ -65,6 +92,8 @@ pub struct CacheStats {
     pub io_errors: u64,
     /// tileiras runs that succeeded in this process, cached or not.
     pub tileiras_runs: u64,
+    /// Kernels loaded from the warm-start index, with no lowering.
+    pub warm_starts: u64,
 }
 
 fn c_str<'a>(p: *const c_char, name: &str) -> OpResult<&'a str> {
@@ -89,7 +118,9 @@ pub unsafe extern "C" fn cutile_cache_enable(dir: *const c_char, capacity_bytes:
             .capacity_bytes(capacity_bytes)
             .open()
             .map_err(|e| OpError::invalid(format!("cannot open the kernel cache at {dir}: {e}")))?;
-        jit_cache::enable(Arc::new(SaltedStore { inner, salt: salt.to_string() }));
+        let store = Arc::new(SaltedStore { inner, salt: salt.to_string() });
+        jit_cache::enable(store.clone());
+        *INSTALLED.write().unwrap_or_else(|p| p.into_inner()) = Some(store);
         Ok(())
     })
 }
@@ -99,6 +130,7 @@ pub unsafe extern "C" fn cutile_cache_enable(dir: *const c_char, capacity_bytes:
 pub extern "C" fn cutile_cache_disable() -> i32 {
     ffi_guard(|| {
         jit_cache::disable();
+        *INSTALLED.write().unwrap_or_else(|p| p.into_inner()) = None;
         Ok(())
     })
 }
@@ -121,6 +153,7 @@ pub unsafe extern "C" fn cutile_cache_stats(out: *mut CacheStats) -> i32 {
             bytes_written: s.bytes_written,
             io_errors: s.io_errors,
             tileiras_runs: jit_cache::jit_backend_compile_count(),
+            warm_starts: crate::warm_start::warm_starts(),
         };
         unsafe { out.write(stats) };
         Ok(())

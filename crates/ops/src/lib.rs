@@ -10,5 +10,6 @@ pub mod abi;
 pub mod cache;
 pub mod probe;
 pub mod runtime;
+pub mod warm_start;
 
 include!(concat!(env!("OUT_DIR"), "/ops.rs"));

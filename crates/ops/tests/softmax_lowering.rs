@@ -62,3 +62,21 @@ fn loop_lowers_for_every_dtype() {
         assert!(ir.contains("for"), "expected a loop over column tiles:\n{ir}");
     }
 }
+
+/// The warm-start index stores each kernel's hoisted launch checks as text: the
+/// checks the compiler really emits for both kernels come back identical.
+#[test]
+fn real_launch_checks_survive_the_warm_start_codec() {
+    for (kernel, generics) in [("softmax_row_tile", vec!["bf16", "4", "1024"]), ("softmax_row_loop", vec!["f32", "1", "4096", "12288"])] {
+        let artifacts = KernelCompiler::new(__module_ast_self, "softmax_kernels", kernel)
+            .generics(generics.iter().map(|g| g.to_string()).collect())
+            .strides(&[("y", &[4096, 1]), ("x", &[4096, 1])])
+            .target("sm_90")
+            .compile()
+            .unwrap_or_else(|e| panic!("{kernel} failed to lower: {e}"));
+        let checks = artifacts.launch_checks().to_vec();
+        assert!(!checks.is_empty(), "{kernel}: expected hoisted launch checks");
+        let text = cutile_ops::warm_start::encode_checks(&checks);
+        assert_eq!(cutile_ops::warm_start::decode_checks(&text).as_ref(), Some(&checks), "{kernel}:\n{text}");
+    }
+}

@@ -3,10 +3,12 @@
 
 use super::kernel::softmax_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
-use crate::runtime;
+use crate::{runtime, warm_start};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
 use cutile::tile_kernel::CompileOptions;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
 
 /// Largest tile edge we compile; tiles are powers of two.
 pub const MAX_BLOCK: i32 = 1 << 16;
@@ -79,22 +81,54 @@ fn launch<T: cutile::DType>(
     let n = x.shape[1];
     // SAFETY: torch owns both allocations and keeps them alive while the work
     // it ordered on `stream` runs; y is a fresh output nobody else writes.
-    let xt = unsafe { Tensor::<T>::borrow_raw_parts(x.ptr, ctx.clone(), x.shape.clone(), x.strides.clone()) };
-    let mut yt = unsafe { Tensor::<T>::borrow_raw_parts(y.ptr, ctx.clone(), y.shape.clone(), y.strides.clone()) };
-    let mut generics = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
-    // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
-    let result = if n <= block_n {
-        let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
-        unsafe { softmax_kernels::softmax_row_tile(tiles, &xt).generics(generics).compile_options(options).async_on(stream) }.map(|_| ())
-    } else {
-        // One CTA per row block: y is cut into [block_m, n_pad] slabs, n_pad the
-        // row length rounded up to whole tiles (one compiled variant per n_pad).
-        let n_pad = (n as i64 + block_n as i64 - 1) / block_n as i64 * block_n as i64;
-        let n_pad = i32::try_from(n_pad)
-            .map_err(|_| OpError::invalid(format!("row length {n} rounded up to tiles of {block_n} overflows i32")))?;
-        generics.push(n_pad.to_string());
-        let rows = (&mut yt).partition([block_m as usize, n_pad as usize]);
-        unsafe { softmax_kernels::softmax_row_loop(rows, &xt).generics(generics).compile_options(options).async_on(stream) }.map(|_| ())
+    let tensors = || unsafe {
+        (
+            Tensor::<T>::borrow_raw_parts(x.ptr, ctx.clone(), x.shape.clone(), x.strides.clone()),
+            Tensor::<T>::borrow_raw_parts(y.ptr, ctx.clone(), y.shape.clone(), y.strides.clone()),
+        )
     };
-    result.map_err(|e| runtime::launch_error("softmax", e))
+    let mut generics = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
+    let single_tile = n <= block_n;
+    // One CTA per row block: in the loop kernel y is cut into [block_m, n_pad]
+    // slabs, n_pad the row length rounded up to whole tiles (one variant per n_pad).
+    let n_pad = (n as i64 + block_n as i64 - 1) / block_n as i64 * block_n as i64;
+    let n_pad = i32::try_from(n_pad)
+        .map_err(|_| OpError::invalid(format!("row length {n} rounded up to tiles of {block_n} overflows i32")))?;
+    if !single_tile {
+        generics.push(n_pad.to_string());
+    }
+    let kernel = if single_tile { "softmax_row_tile" } else { "softmax_row_loop" };
+    // Everything cutile can specialize on: the kernel, its generics and options,
+    // the device, extents, strides and pointer alignment.
+    let signature = {
+        let mut h = DefaultHasher::new();
+        (single_tile, x.dtype as i32, block_m, block_n, n_pad, options.occupancy, ctx.ordinal()).hash(&mut h);
+        (&x.shape, &x.strides, &y.shape, x.ptr % 1024, y.ptr % 1024).hash(&mut h);
+        h.finish()
+    };
+    let resolve = |s: &Arc<cuda_core::Stream>| {
+        let (xt, mut yt) = tensors();
+        let (g, o) = (generics.clone(), options.clone());
+        let spec = if single_tile {
+            let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
+            softmax_kernels::softmax_row_tile(tiles, &xt).generics(g).compile_options(o).specialize_on(s)
+        } else {
+            let rows = (&mut yt).partition([block_m as usize, n_pad as usize]);
+            softmax_kernels::softmax_row_loop(rows, &xt).generics(g).compile_options(o).specialize_on(s)
+        };
+        spec.map(|spec| spec.into_l1_cache_key())
+    };
+    // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
+    let run = || {
+        let (xt, mut yt) = tensors();
+        let (g, o) = (generics.clone(), options.clone());
+        if single_tile {
+            let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
+            unsafe { softmax_kernels::softmax_row_tile(tiles, &xt).generics(g).compile_options(o).async_on(stream) }.map(|_| ())
+        } else {
+            let rows = (&mut yt).partition([block_m as usize, n_pad as usize]);
+            unsafe { softmax_kernels::softmax_row_loop(rows, &xt).generics(g).compile_options(o).async_on(stream) }.map(|_| ())
+        }
+    };
+    warm_start::launch(ctx, stream, signature, kernel, resolve, run).map_err(|e| runtime::launch_error("softmax", e))
 }

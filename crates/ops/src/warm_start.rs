@@ -1,0 +1,357 @@
+//! Warm start: a new process's first launch of a kernel it finds in the kernel
+//! cache skips cutile's lowering.
+//!
+//! cutile 0.5.0 keys its disk store by the Tile IR bytecode, so even a disk hit
+//! first lowers the kernel (about 85 ms a variant on the H200 host, most of it
+//! re-parsing cutile's core module, type inference and inlining). Its in-memory
+//! cache, though, is keyed by the specialization (`TileFunctionKey`: kernel,
+//! generics, stride and divisibility facts, options, source hash, GPU,
+//! compiler and tileiras versions), which the launcher resolves without
+//! lowering. So after a kernel first compiles we also store an index entry
+//! under that key, holding the cubin, its entry name and its parameter
+//! validator; a later process that resolves the same key loads the cubin and
+//! puts it into cutile's in-memory cache (`kernel_cache_slot`) before the
+//! launch, which then finds it there.
+//!
+//! The validator's launch checks (bounds obligations the compiler hoisted out
+//! of the kernel, which the launcher evaluates before every launch) are stored
+//! with it, atom by atom, and rebuilt exactly. Kernels that link a tile library
+//! are not indexed (their cubin depends on files the key does not pin). Anything unexpected (no cache installed, a CUDA-graph capture in
+//! progress, an unreadable or mismatched entry, a cubin the driver rejects)
+//! falls back to cutile's normal path: the index can only save time.
+
+use crate::cache;
+use cutile::cuda_async::device_context::{
+    load_module_from_bytes, CompiledKernel, PointerParamType, ScalarParamType, TensorParamType, ValidParamType, Validator,
+};
+use cutile::cuda_async::error::DeviceError;
+use cutile::cuda_async::predicate::{Atom, LaunchCheck, Predicate, Term};
+use cutile::cutile_compiler::cuda_tile_runtime_utils::{get_gpu_name, tileiras_fingerprint};
+use cutile::cutile_compiler::kernel_naming::KernelNaming;
+use cutile::jit_cache::{decode_entry, encode_entry, EntryParams};
+use cutile::tile_kernel::{contains_cuda_function, kernel_cache_slot, TileFunctionKey};
+use cuda_core::{Context, Stream};
+use sha2::{Digest, Sha256};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+const PAYLOAD_MAGIC: &str = "tilegym-cutile-rs warm-start v1";
+/// Launch signatures remembered as already handled, before the set is cleared.
+const SEEN_MAX: usize = 1 << 16;
+
+static WARM_STARTS: AtomicU64 = AtomicU64::new(0);
+
+/// Kernels this process loaded from the index instead of lowering them.
+pub fn warm_starts() -> u64 {
+    WARM_STARTS.load(Ordering::Relaxed)
+}
+
+thread_local! {
+    /// The last kernel-cache entry this thread's store read or wrote, while capturing.
+    static CAPTURED: RefCell<Option<Option<Vec<u8>>>> = const { RefCell::new(None) };
+}
+
+/// Called by the store for every entry it reads (a hit) or writes.
+pub(crate) fn observe_entry(bytes: &[u8]) {
+    CAPTURED.with(|c| {
+        if let Some(slot) = c.borrow_mut().as_mut() {
+            *slot = Some(bytes.to_vec());
+        }
+    });
+}
+
+/// Whether this launch signature is new to the process (and remembers it).
+/// `signature` covers at least everything cutile specializes on.
+fn first_sight(signature: u64) -> bool {
+    static SEEN: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
+    let mut seen = SEEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if seen.len() >= SEEN_MAX {
+        seen.clear();
+    }
+    seen.insert(signature)
+}
+
+/// A stream of our own per device, for resolving specializations: cutile's
+/// `specialize_on` synchronizes the stream it is given, and the caller's must not be.
+fn private_stream(ctx: &Arc<Context>) -> Result<Arc<Stream>, DeviceError> {
+    static STREAMS: OnceLock<Mutex<HashMap<usize, Arc<Stream>>>> = OnceLock::new();
+    let mut map = STREAMS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = map.get(&ctx.ordinal()) {
+        return Ok(s.clone());
+    }
+    let s = ctx.new_stream()?;
+    map.insert(ctx.ordinal(), s.clone());
+    Ok(s)
+}
+
+fn capturing(stream: &Stream) -> bool {
+    use cuda_core::sys;
+    let mut status: sys::CUstreamCaptureStatus = sys::CUstreamCaptureStatus_enum_CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: a query on a live stream handle, writing one local.
+    let rc = unsafe { sys::cuStreamIsCapturing(stream.cu_stream(), &mut status) };
+    rc != sys::cudaError_enum_CUDA_SUCCESS || status != sys::CUstreamCaptureStatus_enum_CU_STREAM_CAPTURE_STATUS_NONE
+}
+
+/// Launches through cutile, first loading the kernel from the index when this
+/// launch signature is new to the process, and indexing it after a compile.
+///
+/// `signature` hashes every launch input cutile can specialize on; `kernel` is
+/// the kernel's name in its module; `resolve` yields the launch's cutile key on the
+/// given stream without compiling; `launch` performs the real launch.
+pub fn launch(
+    ctx: &Arc<Context>,
+    stream: &Stream,
+    signature: u64,
+    kernel: &str,
+    resolve: impl FnOnce(&Arc<Stream>) -> Result<TileFunctionKey, DeviceError>,
+    launch: impl FnOnce() -> Result<(), DeviceError>,
+) -> Result<(), DeviceError> {
+    if !first_sight(signature) || !cache::installed() || capturing(stream) {
+        return launch();
+    }
+    let Ok(key) = private_stream(ctx).and_then(|s| resolve(&s)) else {
+        return launch();
+    };
+    if contains_cuda_function(&key) {
+        return launch();
+    }
+    let device = ctx.ordinal();
+    let index = IndexKey::new(&key, device);
+    if let Some(bytes) = cache::get_index(&index.store_key) {
+        if install(&key, device, &index, &bytes).is_some() {
+            WARM_STARTS.fetch_add(1, Ordering::Relaxed);
+        }
+        return launch();
+    }
+    CAPTURED.with(|c| *c.borrow_mut() = Some(None));
+    let result = launch();
+    let captured = CAPTURED.with(|c| c.borrow_mut().take()).flatten();
+    if result.is_ok() {
+        if let Some(cubin) = captured.as_deref().and_then(cubin_of_entry) {
+            record(&key, &index, &KernelNaming::new(kernel).entry_name(), &cubin);
+        }
+    }
+    result
+}
+
+/// Where an index entry lives and what it is validated against.
+struct IndexKey {
+    store_key: String,
+    identity: [u8; 32],
+    gpu_name: String,
+    tileiras_fp: &'static str,
+}
+
+impl IndexKey {
+    fn new(key: &TileFunctionKey, device: usize) -> Self {
+        // The key's Debug form spells every field, private ones included.
+        let described = format!("{PAYLOAD_MAGIC}\0{}\0{key:?}", env!("CARGO_PKG_VERSION"));
+        let identity: [u8; 32] = Sha256::digest(described.as_bytes()).into();
+        let store_key = format!("warm-start-{}", identity.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        Self { store_key, identity, gpu_name: get_gpu_name(device), tileiras_fp: tileiras_fingerprint() }
+    }
+
+    fn params(&self) -> EntryParams<'_> {
+        EntryParams { bc_sha256: self.identity, gpu_name: &self.gpu_name, opt_level: 0, flags: 0, tileiras_fp: self.tileiras_fp }
+    }
+}
+
+/// The cubin inside one of cutile's own store entries (its codec: a 96-byte
+/// header with the payload's SHA-256, GPU name and tileiras fingerprint lengths).
+fn cubin_of_entry(bytes: &[u8]) -> Option<Vec<u8>> {
+    const HEADER: usize = 96;
+    if bytes.len() < HEADER || &bytes[..12] != b"CUTILECUBIN\0" {
+        return None;
+    }
+    let gpu_len = u16::from_le_bytes(bytes[80..82].try_into().ok()?) as usize;
+    let fp_len = u16::from_le_bytes(bytes[82..84].try_into().ok()?) as usize;
+    let payload = bytes.get(HEADER + gpu_len + fp_len..)?;
+    (Sha256::digest(payload).as_slice() == &bytes[16..48]).then(|| payload.to_vec())
+}
+
+fn record(key: &TileFunctionKey, index: &IndexKey, entry: &str, cubin: &[u8]) {
+    let slot = kernel_cache_slot(key);
+    let Some((kernel, links_tile_libraries)) = slot.get() else { return };
+    if *links_tile_libraries {
+        return;
+    }
+    let mut payload = format!("{PAYLOAD_MAGIC}\nentry {entry}\n");
+    for p in &kernel.validator.params {
+        payload.push_str(&match p {
+            ValidParamType::Scalar(s) => format!("scalar {}\n", s.element_type),
+            ValidParamType::Pointer(p) => format!("pointer {} {}\n", u8::from(p.mutable), p.element_type),
+            ValidParamType::Tensor(t) => format!(
+                "tensor {} {}\n",
+                t.element_type,
+                t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")
+            ),
+        });
+    }
+    payload.push_str(&encode_checks(&kernel.validator.launch_checks));
+    payload.push('\n');
+    let mut payload = payload.into_bytes();
+    payload.extend_from_slice(cubin);
+    if let Some(bytes) = encode_entry(&index.params(), &payload) {
+        cache::put_index(&index.store_key, &bytes);
+    }
+}
+
+fn install(key: &TileFunctionKey, device: usize, index: &IndexKey, bytes: &[u8]) -> Option<()> {
+    let payload = decode_entry(bytes, &index.params())?;
+    let split = payload.windows(2).position(|w| w == b"\n\n")?;
+    let header = std::str::from_utf8(&payload[..split]).ok()?;
+    let cubin = &payload[split + 2..];
+    let mut lines = header.lines();
+    if lines.next()? != PAYLOAD_MAGIC {
+        return None;
+    }
+    let entry = lines.next()?.strip_prefix("entry ")?;
+    let mut params = Vec::new();
+    let mut checks = String::new();
+    for line in lines {
+        if line.starts_with("check\t") {
+            checks.push_str(line);
+            checks.push('\n');
+            continue;
+        }
+        let fields: Vec<&str> = line.split(' ').collect();
+        params.push(match fields.as_slice() {
+            ["scalar", ty] => ValidParamType::Scalar(ScalarParamType { element_type: ty.to_string() }),
+            ["pointer", m, ty] => {
+                ValidParamType::Pointer(PointerParamType { mutable: *m == "1", element_type: ty.to_string() })
+            }
+            ["tensor", ty, shape] => ValidParamType::Tensor(TensorParamType {
+                element_type: ty.to_string(),
+                shape: shape.split(',').filter(|d| !d.is_empty()).map(str::parse).collect::<Result<_, _>>().ok()?,
+            }),
+            _ => return None,
+        });
+    }
+    // SAFETY: `cubin` passed the entry's SHA-256 check and came from tileiras;
+    // the driver validates the image itself and an error here only means a miss.
+    let module = unsafe { load_module_from_bytes(cubin, device) }.ok()?;
+    let function = Arc::new(module.load_function(entry).ok()?);
+    let validator = Arc::new(Validator { params, launch_checks: decode_checks(&checks)? });
+    // A concurrent compile of the same key may have filled the slot: either is the same kernel.
+    let _ = kernel_cache_slot(key).set((CompiledKernel { module, function, validator }, false));
+    Some(())
+}
+
+/// Launch checks as text, one line each: `check`, the predicate kind, the
+/// divisor (0 unless divisible-by), the term's constant, its atoms with their
+/// coefficients, and the cause with backslashes and line breaks escaped.
+pub fn encode_checks(checks: &[LaunchCheck]) -> String {
+    let mut out = String::new();
+    for check in checks {
+        let (kind, term, divisor) = match &check.predicate {
+            Predicate::Zero(t) => ("zero", t, 0),
+            Predicate::Nonzero(t) => ("nonzero", t, 0),
+            Predicate::Positive(t) => ("positive", t, 0),
+            Predicate::DivisibleBy { term, divisor } => ("divisible", term, *divisor),
+        };
+        let atoms: Vec<String> = term
+            .coeffs()
+            .iter()
+            .map(|(atom, c)| match atom {
+                Atom::Dim { param, axis } => format!("dim:{param}:{axis}:{c}"),
+                Atom::Iv(id) => format!("iv:{id}:{c}"),
+                Atom::TileBlockId(k) => format!("tbid:{k}:{c}"),
+                Atom::NumTileBlocks(k) => format!("ntb:{k}:{c}"),
+                Atom::ViewExtent { param, axis } => format!("view:{param}:{axis}:{c}"),
+                Atom::TileCount { param, axis, tile } => format!("tiles:{param}:{axis}:{tile}:{c}"),
+            })
+            .collect();
+        let cause = check.cause.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r");
+        out.push_str(&format!("check\t{kind}\t{divisor}\t{}\t{}\t{cause}\n", term.constant_part(), atoms.join(" ")));
+    }
+    out
+}
+
+/// The inverse of [`encode_checks`]; `None` for anything it did not write.
+pub fn decode_checks(text: &str) -> Option<Vec<LaunchCheck>> {
+    let mut checks = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.splitn(6, '\t').collect();
+        let ["check", kind, divisor, constant, atoms, cause] = fields.as_slice() else { return None };
+        let mut term = Term::constant(constant.parse().ok()?);
+        for token in atoms.split(' ').filter(|t| !t.is_empty()) {
+            let parts: Vec<&str> = token.split(':').collect();
+            let n = |i: usize| parts.get(i)?.parse::<usize>().ok();
+            let (atom, coeff) = match parts.as_slice() {
+                ["dim", _, _, c] => (Atom::Dim { param: n(1)?, axis: n(2)? }, c),
+                ["iv", id, c] => (Atom::Iv(id.parse().ok()?), c),
+                ["tbid", _, c] => (Atom::TileBlockId(n(1)?), c),
+                ["ntb", _, c] => (Atom::NumTileBlocks(n(1)?), c),
+                ["view", _, _, c] => (Atom::ViewExtent { param: n(1)?, axis: n(2)? }, c),
+                ["tiles", _, _, tile, c] => (Atom::TileCount { param: n(1)?, axis: n(2)?, tile: tile.parse().ok()? }, c),
+                _ => return None,
+            };
+            term = term.add(&Term::affine(atom, coeff.parse().ok()?, 0))?;
+        }
+        let predicate = match (*kind, divisor.parse::<i64>().ok()?) {
+            ("zero", 0) => Predicate::Zero(term),
+            ("nonzero", 0) => Predicate::Nonzero(term),
+            ("positive", 0) => Predicate::Positive(term),
+            ("divisible", d) if d >= 1 => Predicate::DivisibleBy { term, divisor: d },
+            _ => return None,
+        };
+        let mut unescaped = String::with_capacity(cause.len());
+        let mut chars = cause.chars();
+        while let Some(c) = chars.next() {
+            match (c, c == '\\') {
+                (_, true) => match chars.next()? {
+                    'n' => unescaped.push('\n'),
+                    'r' => unescaped.push('\r'),
+                    '\\' => unescaped.push('\\'),
+                    _ => return None,
+                },
+                (c, false) => unescaped.push(c),
+            }
+        }
+        checks.push(LaunchCheck { predicate, cause: unescaped });
+    }
+    Some(checks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cubin_comes_out_of_a_cutile_entry_and_corruption_is_refused() {
+        let params = EntryParams { bc_sha256: [7; 32], gpu_name: "sm_90", opt_level: 3, flags: 0, tileiras_fp: "tileiras 13.4" };
+        let cubin = b"\x7fELF and the rest".to_vec();
+        let mut entry = encode_entry(&params, &cubin).unwrap();
+        assert_eq!(cubin_of_entry(&entry).as_deref(), Some(&cubin[..]));
+        let last = entry.len() - 1;
+        entry[last] ^= 1;
+        assert_eq!(cubin_of_entry(&entry), None);
+        assert_eq!(cubin_of_entry(&entry[..40]), None);
+    }
+
+    #[test]
+    fn launch_checks_round_trip_and_garbage_is_refused() {
+        let dim = Term::atom(Atom::Dim { param: 1, axis: 0 });
+        let blocks = Term::affine(Atom::NumTileBlocks(0), -4, 4);
+        let tiles = Term::affine(Atom::TileCount { param: 0, axis: 1, tile: 64 }, 3, -1);
+        let checks = vec![
+            LaunchCheck { predicate: Predicate::Positive(dim.add(&blocks).unwrap()), cause: "a\\b\nc\\nd\r".into() },
+            LaunchCheck { predicate: Predicate::Nonzero(Term::atom(Atom::ViewExtent { param: 1, axis: 1 })), cause: String::new() },
+            LaunchCheck { predicate: Predicate::DivisibleBy { term: tiles, divisor: 16 }, cause: "x".into() },
+            LaunchCheck { predicate: Predicate::Zero(Term::constant(0)), cause: "tab\there".into() },
+        ];
+        let text = encode_checks(&checks);
+        assert_eq!(decode_checks(&text), Some(checks));
+        assert_eq!(decode_checks("check\tpositive\t0\t1\tdim:1\tcause\n"), None);
+        assert_eq!(decode_checks("check\tdivisible\t0\t1\t\tcause\n"), None);
+        assert_eq!(decode_checks("check\tzero\t0\t0\t\tbad escape \\q\n"), None);
+    }
+
+    #[test]
+    fn a_launch_signature_is_new_once() {
+        assert!(first_sight(0xfeed_beef));
+        assert!(!first_sight(0xfeed_beef));
+    }
+}
