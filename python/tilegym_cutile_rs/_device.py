@@ -38,7 +38,8 @@ def sm_count(index: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _raw_stream_getter() -> Any:
+def raw_stream_getter() -> Any:
+    """torch's function from a device index to its current CUstream handle."""
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object: ~10x cheaper
@@ -47,7 +48,7 @@ def _raw_stream_getter() -> Any:
 
 def current_stream(index: int) -> int:
     """The CUstream handle of torch's current stream on device `index`."""
-    return _raw_stream_getter()(index)
+    return raw_stream_getter()(index)
 
 
 def check_cuda_tensor(x: Any, op: str) -> None:

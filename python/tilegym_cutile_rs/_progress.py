@@ -25,8 +25,9 @@ SLOW_S = 1.0
 POLL_S = 0.2
 log = logging.getLogger("tilegym_cutile_rs")
 
-# thread id -> [start, what, reported, killed]
-_inflight: dict[int, list] = {}
+# thread id -> [start, what, reported, killed]; begin()/end() fill it, and an op's
+# per-call fast path sets and pops its own thread's slot directly.
+inflight: dict[int, list] = {}
 _thread: threading.Thread | None = None
 _start_lock = threading.Lock()
 _monotonic, _get_ident = time.monotonic, threading.get_ident  # per-call path: skip two lookups
@@ -72,7 +73,7 @@ def _watch() -> None:
     while True:
         time.sleep(POLL_S)
         now = time.monotonic()
-        for slot in list(_inflight.values()):
+        for slot in list(inflight.values()):
             start, what, reported, killed = slot
             age = now - start
             if age >= SLOW_S and not reported:
@@ -115,12 +116,12 @@ def begin(what: tuple) -> list:
     if _thread is None:
         _ensure_thread()
     slot = [_monotonic(), what, False, False]
-    _inflight[_get_ident()] = slot
+    inflight[_get_ident()] = slot
     return slot
 
 
 def end(slot: list) -> None:
-    _inflight.pop(_get_ident(), None)
+    inflight.pop(_get_ident(), None)
 
 
 def timed_out_message(slot: list) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from time import monotonic as _monotonic
 from typing import Any
 
 from .. import _abi, _autotune, _device, _library, _progress
@@ -131,19 +132,19 @@ class _Plan:
     this thread's two TensorDescs, of which only the data pointers change per call.
     The library checks every descriptor again, so a plan can cost time, never safety."""
 
-    __slots__ = ("x_desc", "y_desc", "args", "what", "made_in", "dense", "launch", "stream")
+    __slots__ = ("x_desc", "y_desc", "what", "made_in", "dense", "launch", "stream", "index", "thread")
     generation = 0  # bumped whenever a config decision changes
 
     def __init__(self, x: Any, x2: Any, y2: Any, config: tuple[int, int, int], index: int) -> None:
         self.x_desc, self.y_desc = _abi.tensor_desc(x2), _abi.tensor_desc(y2)
-        self.args = (*config, index)
         self.what = ("softmax", x2.dtype, tuple(x2.shape), "config", config)
         self.made_in = _Plan.generation
         # empty_like is several us cheaper than torch.empty(shape, dtype=, device=), and
         # gives the contiguous output only when x is contiguous.
         self.dense = x.is_contiguous()
-        self.launch = _library.library().cutile_softmax
-        self.stream = functools.partial(_device.current_stream, index)
+        self.launch = functools.partial(_library.library().cutile_softmax, self.x_desc, self.y_desc, *config, index)
+        self.stream, self.index = _device.raw_stream_getter(), index
+        self.thread = threading.get_ident()
 
 
 _local = threading.local()
@@ -162,11 +163,12 @@ def _run_plan(plan: _Plan, x: Any, torch: Any) -> Any:
     y = torch.empty_like(x) if plan.dense else torch.empty(x.shape, dtype=x.dtype, device=x.device)
     plan.x_desc.ptr = x.data_ptr()
     plan.y_desc.ptr = y.data_ptr()
-    slot = _progress.begin(plan.what)
+    # The watchdog's slot, set inline (the slow path that made this plan started its thread).
+    slot = _progress.inflight[plan.thread] = [_monotonic(), plan.what, False, False]
     try:
-        status = plan.launch(plan.x_desc, plan.y_desc, *plan.args, plan.stream())
+        status = plan.launch(plan.stream(plan.index))
     finally:
-        _progress.end(slot)
+        del _progress.inflight[plan.thread]
     if status != 0:
         _abi.check_status(status, "softmax", hint=_progress.timed_out_message(slot))
     return y
