@@ -45,9 +45,10 @@ export CUDA_TOOLKIT_PATH=$build_site/nvidia/cu13 LIBCLANG_PATH=$build_site/clang
 export BINDGEN_EXTRA_CLANG_ARGS="-isystem $(${CC:-cc} -print-file-name=include)"
 export CUTILE_TILEIRAS_PATH=$kit/bin/tileiras PATH=$kit/bin:$PATH
 
-echo "== lint: ruff, clippy"
+echo "== lint: ruff, rustfmt, clippy"
 "$py" -m pip install -q "ruff==0.14.9"
 .venv/bin/ruff check python tests benchmarks setup.py
+cargo fmt --all --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
 echo "== cargo test"

@@ -17,7 +17,9 @@ fn main() {
         let path = ops_dir.join(name).join("mod.rs");
         out.push_str(&format!("#[path = {:?}]\npub mod {name};\n", path.display().to_string()));
     }
-    out.push_str(&format!("/// Every op compiled into this crate, in name order.\npub const OPS: &[&str] = &{names:?};\n"));
+    out.push_str(&format!(
+        "/// Every op compiled into this crate, in name order.\npub const OPS: &[&str] = &{names:?};\n"
+    ));
     let dest = PathBuf::from(env::var("OUT_DIR").unwrap()).join("ops.rs");
     fs::write(dest, out).unwrap();
 }

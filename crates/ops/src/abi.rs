@@ -151,17 +151,13 @@ pub unsafe fn read_desc(desc: *const TensorDesc, name: &str) -> OpResult<Checked
     }
     let d = unsafe { *desc };
     if d.ndim < 1 || d.ndim > CUTILE_MAX_DIMS {
-        return Err(OpError::invalid(format!(
-            "{name}: ndim {} is outside 1..={CUTILE_MAX_DIMS}",
-            d.ndim
-        )));
+        return Err(OpError::invalid(format!("{name}: ndim {} is outside 1..={CUTILE_MAX_DIMS}", d.ndim)));
     }
     let dtype = DType::from_code(d.dtype)?;
     let n = d.ndim as usize;
     let to_i32 = |v: i64, what: &str| -> OpResult<i32> {
-        i32::try_from(v).map_err(|_| {
-            OpError::invalid(format!("{name}: {what} {v} does not fit the kernels' 32-bit index type"))
-        })
+        i32::try_from(v)
+            .map_err(|_| OpError::invalid(format!("{name}: {what} {v} does not fit the kernels' 32-bit index type")))
     };
     let mut shape = Vec::with_capacity(n);
     let mut strides = Vec::with_capacity(n);

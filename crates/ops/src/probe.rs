@@ -32,13 +32,13 @@ pub unsafe extern "C" fn cutile_compile_probe(gpu_name: *const c_char) -> i32 {
         if gpu_name.is_null() {
             return Err(OpError::new(CUTILE_ERR_INVALID_ARGUMENT, "gpu_name is null"));
         }
-        let gpu = unsafe { CStr::from_ptr(gpu_name) }
-            .to_str()
-            .map_err(|_| OpError::invalid("gpu_name is not UTF-8"))?;
+        let gpu =
+            unsafe { CStr::from_ptr(gpu_name) }.to_str().map_err(|_| OpError::invalid("gpu_name is not UTF-8"))?;
         let compile_err = |stage: &str, e: &dyn std::fmt::Display| {
             OpError::new(CUTILE_ERR_COMPILE_FAILED, format!("{stage} for {gpu}: {e}"))
         };
-        let version = selected_bytecode_version().map_err(|e| compile_err("asking tileiras for its bytecode versions", &e))?;
+        let version =
+            selected_bytecode_version().map_err(|e| compile_err("asking tileiras for its bytecode versions", &e))?;
         let artifacts = KernelCompiler::new(probe_kernels::__module_ast_self, "probe_kernels", "probe")
             .strides(&[("y", &[1])])
             .bytecode_version(version)

@@ -15,8 +15,8 @@ fn contexts() -> &'static Mutex<HashMap<usize, Arc<Context>>> {
 
 /// The primary context of `device`, retained once and kept for the process.
 pub fn context(device: i32) -> OpResult<Arc<Context>> {
-    let ordinal = usize::try_from(device)
-        .map_err(|_| OpError::invalid(format!("device index {device} is negative")))?;
+    let ordinal =
+        usize::try_from(device).map_err(|_| OpError::invalid(format!("device index {device} is negative")))?;
     let mut map = contexts().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(ctx) = map.get(&ordinal) {
         ctx.bind_to_thread().map_err(|e| device_init_error(device, &e))?;

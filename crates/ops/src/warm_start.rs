@@ -21,8 +21,10 @@
 //! falls back to cutile's normal path: the index can only save time.
 
 use crate::cache;
+use cuda_core::{Context, Stream};
 use cutile::cuda_async::device_context::{
-    load_module_from_bytes, CompiledKernel, PointerParamType, ScalarParamType, TensorParamType, ValidParamType, Validator,
+    load_module_from_bytes, CompiledKernel, PointerParamType, ScalarParamType, TensorParamType, ValidParamType,
+    Validator,
 };
 use cutile::cuda_async::error::DeviceError;
 use cutile::cuda_async::predicate::{Atom, LaunchCheck, Predicate, Term};
@@ -30,7 +32,6 @@ use cutile::cutile_compiler::cuda_tile_runtime_utils::{get_gpu_name, tileiras_fi
 use cutile::cutile_compiler::kernel_naming::KernelNaming;
 use cutile::jit_cache::{decode_entry, encode_entry, EntryParams};
 use cutile::tile_kernel::{contains_cuda_function, kernel_cache_slot, TileFunctionKey};
-use cuda_core::{Context, Stream};
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -154,7 +155,13 @@ impl IndexKey {
     }
 
     fn params(&self) -> EntryParams<'_> {
-        EntryParams { bc_sha256: self.identity, gpu_name: &self.gpu_name, opt_level: 0, flags: 0, tileiras_fp: self.tileiras_fp }
+        EntryParams {
+            bc_sha256: self.identity,
+            gpu_name: &self.gpu_name,
+            opt_level: 0,
+            flags: 0,
+            tileiras_fp: self.tileiras_fp,
+        }
     }
 }
 
@@ -285,7 +292,9 @@ pub fn decode_checks(text: &str) -> Option<Vec<LaunchCheck>> {
                 ["tbid", _, c] => (Atom::TileBlockId(n(1)?), c),
                 ["ntb", _, c] => (Atom::NumTileBlocks(n(1)?), c),
                 ["view", _, _, c] => (Atom::ViewExtent { param: n(1)?, axis: n(2)? }, c),
-                ["tiles", _, _, tile, c] => (Atom::TileCount { param: n(1)?, axis: n(2)?, tile: tile.parse().ok()? }, c),
+                ["tiles", _, _, tile, c] => {
+                    (Atom::TileCount { param: n(1)?, axis: n(2)?, tile: tile.parse().ok()? }, c)
+                }
                 _ => return None,
             };
             term = term.add(&Term::affine(atom, coeff.parse().ok()?, 0))?;
@@ -321,7 +330,8 @@ mod tests {
 
     #[test]
     fn the_cubin_comes_out_of_a_cutile_entry_and_corruption_is_refused() {
-        let params = EntryParams { bc_sha256: [7; 32], gpu_name: "sm_90", opt_level: 3, flags: 0, tileiras_fp: "tileiras 13.4" };
+        let params =
+            EntryParams { bc_sha256: [7; 32], gpu_name: "sm_90", opt_level: 3, flags: 0, tileiras_fp: "tileiras 13.4" };
         let cubin = b"\x7fELF and the rest".to_vec();
         let mut entry = encode_entry(&params, &cubin).unwrap();
         assert_eq!(cubin_of_entry(&entry).as_deref(), Some(&cubin[..]));
@@ -338,7 +348,10 @@ mod tests {
         let tiles = Term::affine(Atom::TileCount { param: 0, axis: 1, tile: 64 }, 3, -1);
         let checks = vec![
             LaunchCheck { predicate: Predicate::Positive(dim.add(&blocks).unwrap()), cause: "a\\b\nc\\nd\r".into() },
-            LaunchCheck { predicate: Predicate::Nonzero(Term::atom(Atom::ViewExtent { param: 1, axis: 1 })), cause: String::new() },
+            LaunchCheck {
+                predicate: Predicate::Nonzero(Term::atom(Atom::ViewExtent { param: 1, axis: 1 })),
+                cause: String::new(),
+            },
             LaunchCheck { predicate: Predicate::DivisibleBy { term: tiles, divisor: 16 }, cause: "x".into() },
             LaunchCheck { predicate: Predicate::Zero(Term::constant(0)), cause: "tab\there".into() },
         ];

@@ -67,7 +67,9 @@ fn loop_lowers_for_every_dtype() {
 /// checks the compiler really emits for both kernels come back identical.
 #[test]
 fn real_launch_checks_survive_the_warm_start_codec() {
-    for (kernel, generics) in [("softmax_row_tile", vec!["bf16", "4", "1024"]), ("softmax_row_loop", vec!["f32", "1", "4096", "12288"])] {
+    for (kernel, generics) in
+        [("softmax_row_tile", vec!["bf16", "4", "1024"]), ("softmax_row_loop", vec!["f32", "1", "4096", "12288"])]
+    {
         let artifacts = KernelCompiler::new(__module_ast_self, "softmax_kernels", kernel)
             .generics(generics.iter().map(|g| g.to_string()).collect())
             .strides(&[("y", &[4096, 1]), ("x", &[4096, 1])])
