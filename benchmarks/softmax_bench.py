@@ -20,10 +20,11 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from typing import Any, Callable
 
 import torch
+
+from _timing import host_us_per_call
 
 import tilegym_cutile_rs
 
@@ -126,14 +127,7 @@ def host_overhead(calls: int = 20000) -> None:
     x = torch.randn(1, 256, device="cuda")
     results = {}
     for name, fn in [("torch.softmax", lambda: torch.softmax(x, -1)), ("ours", lambda: tilegym_cutile_rs.softmax(x))]:
-        for _ in range(100):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        results[name] = (time.perf_counter() - t0) / calls * 1e6
+        results[name] = host_us_per_call(fn, calls, warmup=100)
     print(f"\nhost time per call, 1x256 f32 ({calls} calls): torch.softmax {results['torch.softmax']:.1f} us, "
           f"ours {results['ours']:.1f} us, ratio {results['ours'] / results['torch.softmax']:.2f}")
 

@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import torch
 
+from _timing import flush_buffer, host_us_per_call, kernel_us
+
 import tilegym_cutile_rs
 from tilegym_cutile_rs import _abi, _device, _library
 from tilegym_cutile_rs.ops import softmax as sm
@@ -30,23 +32,10 @@ SHAPES = "8192x256,8192x1024,8192x4096,2048x32768,256x256,256x2048,256x32768,256
 CALLS = 200
 
 
-def kernel_us(fn: Callable[[], Any]) -> float:
-    """Mean duration of the GPU kernels one call of fn launches (CUPTI)."""
-    fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-    total = sum(e.device_time for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-    return total / 20
-
-
 def events_us(fn: Callable[[], Any]) -> float:
-    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     times = []
     for _ in range(50):
-        flush.zero_()
+        flush_buffer().zero_()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -86,7 +75,7 @@ def per_shape(shapes: str, dtypes: str) -> None:
                 for _ in range(3):  # compile (or load from the kernel cache) and make the plan first
                     fn()
                 queued, host = queued_us(fn)
-                row += [f"{kernel_us(fn):.1f}", f"{events_us(fn):.1f}", f"{queued:.1f}", f"{host:.1f}"]
+                row += [f"{kernel_us(fn, reps=20, flush=False):.1f}", f"{events_us(fn):.1f}", f"{queued:.1f}", f"{host:.1f}"]
             print("| " + " | ".join(row) + " |", flush=True)
 
 
@@ -94,7 +83,7 @@ def host_split(calls: int = 20000) -> None:
     """Host us per call of each layer of our call stack, for a 1x256 float32 softmax."""
     x = torch.randn(1, 256, device="cuda")
     y = torch.empty_like(x)
-    lib, ffi = _library.library(), _library.ffi()
+    lib = _library.library()
     config = sm.softmax_config(1, 256, 4)
     xd, yd = _abi.tensor_desc(x), _abi.tensor_desc(y)
     stream = _device.current_stream(0)
@@ -111,15 +100,7 @@ def host_split(calls: int = 20000) -> None:
     print("\n| 1x256 float32, host per call | us |")
     print("| --- | --- |")
     for name, fn in parts:
-        for _ in range(200):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        print(f"| {name} | {(time.perf_counter() - t0) / calls * 1e6:.2f} |", flush=True)
-    del ffi
+        print(f"| {name} | {host_us_per_call(fn, calls, warmup=200):.2f} |", flush=True)
 
 
 def main() -> None:

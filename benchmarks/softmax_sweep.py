@@ -20,33 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from _timing import kernel_us
+
 from tilegym_cutile_rs.ops import softmax as sm
 
 SHAPES = "8192x256,8192x1024,8192x4096,4096x8192,4096x16384,2048x32768,256x256,256x2048,256x32768,256x9,256x1009"
-
-
-_flush = None
-
-
-def kernel_us(fn, reps: int = 10) -> float:
-    """Mean duration of fn's softmax kernel, L2 flushed before each call."""
-    global _flush
-    if _flush is None:
-        _flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            _flush.zero_()
-            fn()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    durations = [e.device_time for e in kernels if "softmax" in e.name.lower()]
-    if len(durations) != reps:  # a kernel name without "softmax": everything but the flush
-        durations = [e.device_time for e in kernels if "fill" not in e.name.lower()]
-    if len(durations) != reps:
-        raise RuntimeError(f"expected {reps} softmax kernels in the profile, found {len(durations)}")
-    return sum(durations) / reps
 
 
 def main() -> None:
@@ -83,7 +61,7 @@ def main() -> None:
         nbytes = 2 * x.numel() * x.element_size()
 
         def gbs(fn) -> float:
-            return nbytes / (kernel_us(fn) * 1e-6) / 1e9
+            return nbytes / (kernel_us(fn, reps=10, flush=True) * 1e-6) / 1e9
 
         results: dict = {}
         for config in sm.softmax_candidates(m, n, x.element_size()):
