@@ -106,29 +106,24 @@ fn launch<T: cutile::DType>(
         (&x.shape, &x.strides, &y.shape, x.ptr % 1024, y.ptr % 1024).hash(&mut h);
         h.finish()
     };
-    let resolve = |s: &Arc<cuda_core::Stream>| {
-        let (xt, mut yt) = tensors();
-        let (g, o) = (generics.clone(), options.clone());
-        let spec = if single_tile {
-            let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
-            softmax_kernels::softmax_row_tile(tiles, &xt).generics(g).compile_options(o).specialize_on(s)
-        } else {
-            let rows = (&mut yt).partition([block_m as usize, n_pad as usize]);
-            softmax_kernels::softmax_row_loop(rows, &xt).generics(g).compile_options(o).specialize_on(s)
-        };
-        spec.map(|spec| spec.into_l1_cache_key())
-    };
+    // This launch's launcher, handed to `$finish` as `$l` (the two kernels' launcher types differ).
+    macro_rules! with_launcher {
+        (|$l:ident| $finish:expr) => {{
+            let (xt, mut yt) = tensors();
+            let (g, o) = (generics.clone(), options.clone());
+            if single_tile {
+                let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
+                let $l = softmax_kernels::softmax_row_tile(tiles, &xt).generics(g).compile_options(o);
+                $finish
+            } else {
+                let rows = (&mut yt).partition([block_m as usize, n_pad as usize]);
+                let $l = softmax_kernels::softmax_row_loop(rows, &xt).generics(g).compile_options(o);
+                $finish
+            }
+        }};
+    }
+    let resolve = |s: &Arc<cuda_core::Stream>| with_launcher!(|l| l.specialize_on(s).map(|spec| spec.into_l1_cache_key()));
     // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
-    let run = || {
-        let (xt, mut yt) = tensors();
-        let (g, o) = (generics.clone(), options.clone());
-        if single_tile {
-            let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
-            unsafe { softmax_kernels::softmax_row_tile(tiles, &xt).generics(g).compile_options(o).async_on(stream) }.map(|_| ())
-        } else {
-            let rows = (&mut yt).partition([block_m as usize, n_pad as usize]);
-            unsafe { softmax_kernels::softmax_row_loop(rows, &xt).generics(g).compile_options(o).async_on(stream) }.map(|_| ())
-        }
-    };
+    let run = || with_launcher!(|l| unsafe { l.async_on(stream) }.map(|_| ()));
     warm_start::launch(ctx, stream, signature, kernel, resolve, run).map_err(|e| runtime::launch_error("softmax", e))
 }
