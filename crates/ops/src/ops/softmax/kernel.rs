@@ -43,6 +43,8 @@ pub mod softmax_kernels {
 
     /// Rows longer than one tile: a first pass keeps an online max and a
     /// rescaled sum over the row's tiles, a second pass writes exp2(x - max) / sum.
+    /// The second pass walks the row backwards: the tiles read last are the ones
+    /// most likely still in L2.
     /// The host partitions y into `[BM, NPAD]` row blocks (NPAD = N rounded up
     /// to a multiple of BN), one CTA each; the CTA stores its BN-wide tiles.
     #[cutile::entry()]
@@ -76,12 +78,14 @@ pub mod softmax_kernels {
         let inv_l: Tile<f32, { [BM, BN] }> = true_div(one, l).broadcast(shape![BM, BN]);
         let m_b: Tile<f32, { [BM, BN] }> = m.broadcast(shape![BM, BN]);
         let mut yp = y.partition_mut(shape![BM, BN]);
+        let last: i32 = num_tiles(&yp, 1) - 1i32;
         for j in 0i32..num_tiles(&yp, 1) {
-            let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, j]);
+            let k: i32 = last - j;
+            let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, k]);
             let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
             let out: Tile<f32, { [BM, BN] }> = exp2((t - m_b) * log2e, ftz::Disabled) * inv_l;
             let out: Tile<E, { [BM, BN] }> = convert_tile(out);
-            yp.store(out, [0i32, j]);
+            yp.store(out, [0i32, k]);
         }
     }
 }
