@@ -3,7 +3,7 @@
     python benchmarks/softmax_sweep.py [--shapes 8192x256,2048x32768] [--dtypes float32,bfloat16]
 
 For each shape and dtype prints torch.softmax, our heuristic's pick, and each
-candidate (block_m, block_n, occupancy) of tilegym_cutile_rs's search space, as GB/s
+candidate (block_m, block_n, occupancy, warps) of tilegym_cutile_rs's search space, as GB/s
 of the kernel's own duration (CUPTI through torch.profiler, L2 flushed before each
 call, host launch time excluded: it does not depend on the config); the best
 config is marked. The
@@ -53,7 +53,7 @@ def main() -> None:
     with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 4) - 2)) as pool:
         failures = dict(zip([(id(case[2]), c) for case, c in jobs], pool.map(lambda job: compile_and_check(*job), jobs)))
     print(f"device: {torch.cuda.get_device_name()}; {len(jobs)} configs compiled\n")
-    print("| shape | dtype | torch | heuristic | best | configs (block_m, block_n, occupancy): GB/s |")
+    print("| shape | dtype | torch | heuristic | best | configs (block_m, block_n, occupancy, warps): GB/s |")
     print("| --- | --- | --- | --- | --- | --- |")
     for case in cases:
         shape, dtype_name, x, _ = case

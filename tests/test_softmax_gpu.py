@@ -178,8 +178,10 @@ def test_cuda_graph_capture_and_replay() -> None:
     assert out.returncode == 0 and "replayed" in out.stdout, out.stderr[-2000:]
 
 
-@pytest.mark.parametrize("config", [(1, 64), (2, 128), (4, 1024), (1, 8192), (2, 4096, 2), (1, 1024, 1)])
-def test_explicit_configs_agree(config: tuple[int, int]) -> None:
+@pytest.mark.parametrize(
+    "config", [(1, 64), (2, 128), (4, 1024), (1, 8192), (2, 4096, 2), (1, 1024, 1), (1, 4096, 0, 8), (2, 1024, 4, 8)]
+)
+def test_explicit_configs_agree(config: tuple[int, ...]) -> None:
     x = torch.randn(37, 3333, device="cuda", dtype=torch.bfloat16)
     y = tilegym_cutile_rs.softmax(x, config=config)
     torch.testing.assert_close(y, reference(x), **TOL[torch.bfloat16])
@@ -187,8 +189,8 @@ def test_explicit_configs_agree(config: tuple[int, int]) -> None:
 
 def test_heuristic_is_power_of_two() -> None:
     for m, n, es in [(1, 1, 4), (256, 9, 4), (8192, 1024, 2), (2048, 32768, 4)]:
-        bm, bn, occupancy = softmax_config(m, n, es)
-        assert bm & (bm - 1) == 0 and bn & (bn - 1) == 0 and occupancy >= 0
+        bm, bn, occupancy, warps = softmax_config(m, n, es)
+        assert bm & (bm - 1) == 0 and bn & (bn - 1) == 0 and occupancy >= 0 and warps in (0, 4, 8)
 
 
 @pytest.mark.parametrize(

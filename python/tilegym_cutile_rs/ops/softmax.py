@@ -15,42 +15,58 @@ SUPPORTED = ("float32", "float16", "bfloat16")
 # The shape heuristic, fitted to benchmarks/softmax_sweep.py on the H200
 # (kernel time, docs/benchmarks.md): per element size, rows up to `block_n`
 # elements take one register tile of `elements` per CTA (block_m = elements //
-# block_n rows) with `occupancy` CTAs per SM; longer rows loop over LOOP tiles
-# (two reads: online max/sum, then normalise).
-SINGLE_TILE = {  # element size -> [(largest block_n, elements per CTA tile, occupancy)]
-    4: [(256, 4096, 4), (2048, 8192, 4), (4096, 4096, 4), (8192, 8192, 4), (16384, 16384, 2)],
-    2: [(256, 4096, 4), (8192, 8192, 4)],
+# block_n rows) with `occupancy` CTAs per SM and `warps` worker warps per CTA
+# (0: tileiras' choice); longer rows loop over LOOP tiles (two reads: online
+# max/sum, then normalise).
+# Eight warps (not tileiras' four) pay most for 2-byte types and for wide float32
+# tiles; with them one float32 tile holds a 32768-element row.
+SINGLE_TILE = {  # element size -> [(largest block_n, elements per CTA tile, occupancy, warps)]
+    4: [
+        (256, 4096, 4, 8),
+        (1024, 8192, 4, 0),
+        (2048, 8192, 4, 8),
+        (4096, 4096, 4, 0),
+        (8192, 8192, 4, 8),
+        (16384, 16384, 2, 8),
+        (32768, 32768, 1, 8),
+    ],
+    2: [(256, 4096, 4, 8), (8192, 8192, 4, 8)],
 }
-LOOP = {4: (16384, 2), 2: (4096, 4)}  # element size -> (block_n, occupancy)
+LOOP = {4: (16384, 2, 8), 2: (8192, 4, 8)}  # element size -> (block_n, occupancy, warps)
 MAX_BLOCK_M = 64
 # Row blocks shrink until there are this many CTAs (when there are rows enough):
 # about two per SM of an H200 (132 SMs); few-row problems were fastest so.
 MIN_CTAS = 256
 # The widest single tile the autotuner tries (register pressure beyond it).
 MAX_TILE_ELEMENTS = 32768
+# Worker warps per CTA the autotuner tries: tileiras' choice, or 8 (tileiras 13.4
+# accepts only 4 and 8).
+WARPS = (0, 8)
+
+Config = tuple[int, int, int, int]  # (block_m, block_n, occupancy, warps)
 
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def softmax_config(m: int, n: int, element_size: int) -> tuple[int, int, int]:
-    """(block_m, block_n, occupancy) for an [m, n] softmax: the shape heuristic.
+def softmax_config(m: int, n: int, element_size: int) -> Config:
+    """(block_m, block_n, occupancy, warps) for an [m, n] softmax: the shape heuristic.
 
-    block_n >= n takes the single-tile kernel, else the row loop; occupancy 0
-    would leave the CTAs-per-SM choice to tileiras.
+    block_n >= n takes the single-tile kernel, else the row loop; occupancy or
+    warps 0 would leave that choice to tileiras.
     """
     block_n = _next_pow2(n)
-    for largest, elements, occupancy in SINGLE_TILE[element_size]:
+    for largest, elements, occupancy, warps in SINGLE_TILE[element_size]:
         if block_n <= largest:
             enough_ctas = 1 << max(0, (m // MIN_CTAS).bit_length() - 1)  # largest power of two <= m / MIN_CTAS
-            return max(1, min(elements // block_n, enough_ctas, MAX_BLOCK_M)), block_n, occupancy
-    loop_n, occupancy = LOOP[element_size]
-    return 1, loop_n, occupancy
+            return max(1, min(elements // block_n, enough_ctas, MAX_BLOCK_M)), block_n, occupancy, warps
+    loop_n, occupancy, warps = LOOP[element_size]
+    return 1, loop_n, occupancy, warps
 
 
-def softmax_candidates(m: int, n: int, element_size: int) -> list[tuple[int, int, int]]:
-    """The autotuner's search space around the heuristic: row blocks, tile widths, occupancy."""
+def softmax_candidates(m: int, n: int, element_size: int) -> list[Config]:
+    """The autotuner's search space around the heuristic: row blocks, tile widths, occupancy, warps."""
     base = softmax_config(m, n, element_size)
     shapes: set[tuple[int, int]] = set()
     block_n = _next_pow2(n)
@@ -62,7 +78,7 @@ def softmax_candidates(m: int, n: int, element_size: int) -> list[tuple[int, int
         for width in (2048, 4096, 8192, 16384):
             if width < n:
                 shapes.add((1, width))
-    configs = {(bm, bn, occ) for bm, bn in shapes for occ in (0, 1, 2, 4)}
+    configs = {(bm, bn, occ, warps) for bm, bn in shapes for occ in (0, 1, 2, 4) for warps in WARPS}
     configs.add(base)
     return sorted(configs)
 
@@ -74,15 +90,12 @@ def _shape_class(index: int, dtype: Any, m: int, n: int) -> str:
     return f"softmax|{_device.name(index)}|{dtype}|n<={_next_pow2(n)}|m~{m_class}"
 
 
-def _launch(x2: Any, y2: Any, config: tuple[int, int, int], index: int) -> None:
-    block_m, block_n, occupancy = config
+def _launch(x2: Any, y2: Any, config: Config, index: int) -> None:
     lib = _library.library()
     stream = _device.current_stream(index)
     slot = _progress.begin(("softmax", x2.dtype, tuple(x2.shape), "config", config))
     try:
-        status = lib.cutile_softmax(
-            _abi.tensor_desc(x2), _abi.tensor_desc(y2), block_m, block_n, occupancy, index, stream
-        )
+        status = lib.cutile_softmax(_abi.tensor_desc(x2), _abi.tensor_desc(y2), *config, index, stream)
     finally:
         _progress.end(slot)
     if status != 0:
@@ -91,11 +104,11 @@ def _launch(x2: Any, y2: Any, config: tuple[int, int, int], index: int) -> None:
 
 # (device, dtype, m, n) -> (config, whether it was tuned), chosen already in this
 # process: the per-call fast path.
-_chosen: dict[tuple[int, Any, int, int], tuple[tuple[int, int, int], bool]] = {}
+_chosen: dict[tuple[int, Any, int, int], tuple[Config, bool]] = {}
 _CHOSEN_MAX = 4096
 
 
-def _choose(x2: Any, index: int, autotune: bool) -> tuple[int, int, int]:
+def _choose(x2: Any, index: int, autotune: bool) -> Config:
     m, n = x2.shape
     memo = (index, x2.dtype, m, n)
     found = _chosen.get(memo)
@@ -109,12 +122,12 @@ def _choose(x2: Any, index: int, autotune: bool) -> tuple[int, int, int]:
     return found[0]
 
 
-def _choose_uncached(x2: Any, index: int, autotune: bool) -> tuple[tuple[int, int, int], bool]:
+def _choose_uncached(x2: Any, index: int, autotune: bool) -> tuple[Config, bool]:
     m, n = x2.shape
     size = x2.element_size()
     key = _shape_class(index, x2.dtype, m, n)
     found = _autotune.lookup(key)
-    if found is not None and len(found) == 3:
+    if found is not None and len(found) == 4:  # decisions of other lengths predate this config form: retune
         return found, True  # type: ignore[return-value]
     import torch
 
@@ -132,10 +145,11 @@ class _Plan:
     this thread's two TensorDescs, of which only the data pointers change per call.
     The library checks every descriptor again, so a plan can cost time, never safety."""
 
-    __slots__ = ("x_desc", "y_desc", "what", "made_in", "dense", "launch", "stream", "index", "thread")
+    __slots__ = ("x_desc", "y_desc", "what", "made_in", "dense", "launch", "stream", "index", "thread", "torch")
     generation = 0  # bumped whenever a config decision changes
 
-    def __init__(self, x: Any, x2: Any, y2: Any, config: tuple[int, int, int], index: int) -> None:
+    def __init__(self, x: Any, x2: Any, y2: Any, config: Config, index: int, torch: Any) -> None:
+        self.torch = torch  # the fast path runs without an `import torch` statement
         self.x_desc, self.y_desc = _abi.tensor_desc(x2), _abi.tensor_desc(y2)
         self.what = ("softmax", x2.dtype, tuple(x2.shape), "config", config)
         self.made_in = _Plan.generation
@@ -149,6 +163,7 @@ class _Plan:
 
 _local = threading.local()
 _PLANS_MAX = 1024
+_NO_PLANS: dict[tuple, _Plan] = {}  # what a thread without plans looks up; never written
 
 
 def _plans() -> dict[tuple, _Plan]:
@@ -159,7 +174,8 @@ def _plans() -> dict[tuple, _Plan]:
         return _local.plans
 
 
-def _run_plan(plan: _Plan, x: Any, torch: Any) -> Any:
+def _run_plan(plan: _Plan, x: Any) -> Any:
+    torch = plan.torch
     y = torch.empty_like(x) if plan.dense else torch.empty(x.shape, dtype=x.dtype, device=x.device)
     plan.x_desc.ptr = x.data_ptr()
     plan.y_desc.ptr = y.data_ptr()
@@ -200,23 +216,24 @@ def _forward(x: Any, dim: int, config: Any, autotune: bool, plan_key: tuple | No
         plans = _plans()
         if len(plans) >= _PLANS_MAX:
             plans.clear()
-        plans[plan_key] = _Plan(x, x2, y2, config, index)
+        plans[plan_key] = _Plan(x, x2, y2, config, index, torch)
     y = y2.view(moved.shape)
     if dim != ndim - 1:
         y = y.movedim(-1, dim).contiguous()
     return y.reshape(x.shape)
 
 
-def _check_config(config: Any) -> tuple[int, int, int]:
+_CONFIG_FORM = "(block_m, block_n[, occupancy[, warps]])"
+
+
+def _check_config(config: Any) -> Config:
     try:
         values = tuple(int(v) for v in config)
     except (TypeError, ValueError):
-        raise TypeError(f"config must be (block_m, block_n) or (block_m, block_n, occupancy), got {config!r}") from None
-    if len(values) == 2:
-        values = (*values, 0)
-    if len(values) != 3:
-        raise TypeError(f"config must be (block_m, block_n) or (block_m, block_n, occupancy), got {config!r}")
-    return values  # type: ignore[return-value]
+        raise TypeError(f"config must be {_CONFIG_FORM}, got {config!r}") from None
+    if not 2 <= len(values) <= 4:
+        raise TypeError(f"config must be {_CONFIG_FORM}, got {config!r}")
+    return (*values, 0, 0)[:4]  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=None)
@@ -250,21 +267,32 @@ def softmax(x: Any, dim: int = -1, *, config: Any = None, autotune: bool = False
     The kernel runs on the current torch stream of x's device and does not
     block the host (it can be captured in a CUDA graph). A `dim` other than the
     last is handled by moving it last first (one extra copy in and out).
-    Tiles: `config=(block_m, block_n[, occupancy])` (powers of two) overrides
+    Tiles: `config=(block_m, block_n[, occupancy[, warps]])` (powers of two) overrides
     the choice; otherwise a decision autotuned earlier for this device, dtype
     and shape class (kept in the kernel cache directory), else the shape
     heuristic. `autotune=True` (or TILEGYM_CUTILE_RS_AUTOTUNE=1) tunes a shape
     class on its first call. Gradients flow (backward computed by torch).
     """
+    plan_key = None
+    if config is None and not autotune:
+        # The per-call fast path: a plain tensor of a shape seen before on this thread, no autograd.
+        try:
+            plan_key = (x.shape, x.stride(), x.dtype, x.get_device(), dim)
+        except (AttributeError, TypeError):
+            pass  # not a tensor: the checks below say what is wrong
+        else:
+            plan = getattr(_local, "plans", _NO_PLANS).get(plan_key)
+            if (
+                plan is not None
+                and type(x) is plan.torch.Tensor  # a subclass takes the dispatching path
+                and plan.made_in == _Plan.generation
+                and not (x.requires_grad and plan.torch.is_grad_enabled())
+            ):
+                return _run_plan(plan, x)
     import torch
 
-    fast = config is None and not autotune and type(x) is torch.Tensor
-    if fast:
-        # The per-call fast path: a shape seen before on this thread, no autograd.
-        plan_key = (x.shape, x.stride(), x.dtype, x.get_device(), dim)
-        plan = _plans().get(plan_key)
-        if plan is not None and plan.made_in == _Plan.generation and not (x.requires_grad and torch.is_grad_enabled()):
-            return _run_plan(plan, x, torch)
+    if type(x) is not torch.Tensor:
+        plan_key = None  # plans are for plain tensors only
     _device.check_cuda_tensor(x, "softmax")
     if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"softmax supports {', '.join(SUPPORTED)}; x is {x.dtype}. Cast it, e.g. x.float()")
@@ -275,7 +303,7 @@ def softmax(x: Any, dim: int = -1, *, config: Any = None, autotune: bool = False
         raise IndexError(f"dim {dim} is out of range for a tensor with {x.dim()} dims")
     if x.requires_grad and torch.is_grad_enabled():
         return _autograd_function().apply(x, dim % ndim, config, autotune)
-    return _forward(x, dim, config, autotune, plan_key if fast else None)
+    return _forward(x, dim, config, autotune, plan_key)
 
 
 # TileGym's softmax keywords, and what they mean for our kernel.
@@ -310,7 +338,7 @@ def _tilegym_softmax(x: Any, use_tma: bool = False, **kwargs: Any) -> Any:
 TILEGYM_OPS = {"softmax": _tilegym_softmax}
 
 
-def _warmup(shape: tuple[int, ...], dtype: Any, device: Any, autotune: bool) -> tuple[int, int, int]:
+def _warmup(shape: tuple[int, ...], dtype: Any, device: Any, autotune: bool) -> Config:
     """Compile (and optionally autotune) softmax over the last dim for `shape`; returns the config used."""
     import torch
 

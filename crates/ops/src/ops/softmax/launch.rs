@@ -14,13 +14,19 @@ use std::hash::{Hash, Hasher};
 pub const MAX_BLOCK: i32 = 1 << 16;
 /// Largest CTAs-per-SM hint tileiras accepts.
 pub const MAX_OCCUPANCY: i32 = 32;
+/// Worker-warp counts Tile IR defines (tileiras 13.4 takes only 4 and 8 and
+/// says so at compile time).
+pub const WORKER_WARPS: [i32; 6] = [1, 2, 4, 8, 16, 32];
 
+// The C export's flat scalar parameters, passed straight through.
+#[allow(clippy::too_many_arguments)]
 pub fn softmax(
     x: &CheckedTensor,
     y: &CheckedTensor,
     block_m: i32,
     block_n: i32,
     occupancy: i32,
+    warps: i32,
     device: i32,
     stream: u64,
 ) -> OpResult<()> {
@@ -55,11 +61,22 @@ pub fn softmax(
     if !(0..=MAX_OCCUPANCY).contains(&occupancy) {
         return Err(OpError::invalid(format!("occupancy = {occupancy}: must be 0 (compiler's choice) to {MAX_OCCUPANCY}")));
     }
+    if warps != 0 && !WORKER_WARPS.contains(&warps) {
+        return Err(OpError::invalid(format!(
+            "warps = {warps}: must be 0 (compiler's choice) or one of {WORKER_WARPS:?}"
+        )));
+    }
     if m == 0 || n == 0 {
         return Ok(());
     }
-    // Occupancy is a compile-time hint: each value is its own compiled variant.
-    let options = if occupancy > 0 { CompileOptions::default().occupancy(occupancy) } else { CompileOptions::default() };
+    // Occupancy and worker warps are compile-time hints: each value is its own compiled variant.
+    let mut options = CompileOptions::default();
+    if occupancy > 0 {
+        options = options.occupancy(occupancy);
+    }
+    if warps > 0 {
+        options = options.num_worker_warps_per_cta(warps);
+    }
     let ctx = runtime::context(device)?;
     let stream = runtime::borrow_stream(&ctx, stream);
     match x.dtype {
@@ -87,22 +104,27 @@ fn launch<T: cutile::DType>(
             Tensor::<T>::borrow_raw_parts(y.ptr, ctx.clone(), y.shape.clone(), y.strides.clone()),
         )
     };
-    let mut generics = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
     let single_tile = n <= block_n;
     // One CTA per row block: in the loop kernel y is cut into [block_m, n_pad]
     // slabs, n_pad the row length rounded up to whole tiles (one variant per n_pad).
     let n_pad = (n as i64 + block_n as i64 - 1) / block_n as i64 * block_n as i64;
     let n_pad = i32::try_from(n_pad)
         .map_err(|_| OpError::invalid(format!("row length {n} rounded up to tiles of {block_n} overflows i32")))?;
-    if !single_tile {
-        generics.push(n_pad.to_string());
-    }
+    // Built where it is consumed (cutile's launcher takes it by value), not cloned.
+    let generics = || {
+        let mut g = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
+        if !single_tile {
+            g.push(n_pad.to_string());
+        }
+        g
+    };
     let kernel = if single_tile { "softmax_row_tile" } else { "softmax_row_loop" };
     // Everything cutile can specialize on: the kernel, its generics and options,
     // the device, extents, strides and pointer alignment.
     let signature = {
         let mut h = DefaultHasher::new();
-        (single_tile, x.dtype as i32, block_m, block_n, n_pad, options.occupancy, ctx.ordinal()).hash(&mut h);
+        (single_tile, x.dtype as i32, block_m, block_n, n_pad, ctx.ordinal()).hash(&mut h);
+        (options.occupancy, options.num_worker_warps_per_cta).hash(&mut h);
         (&x.shape, &x.strides, &y.shape, x.ptr % 1024, y.ptr % 1024).hash(&mut h);
         h.finish()
     };
@@ -110,7 +132,7 @@ fn launch<T: cutile::DType>(
     macro_rules! with_launcher {
         (|$l:ident| $finish:expr) => {{
             let (xt, mut yt) = tensors();
-            let (g, o) = (generics.clone(), options.clone());
+            let (g, o) = (generics(), options.clone());
             if single_tile {
                 let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
                 let $l = softmax_kernels::softmax_row_tile(tiles, &xt).generics(g).compile_options(o);
