@@ -117,7 +117,7 @@ def test_a_tuned_decision_replaces_the_plan(monkeypatch: pytest.MonkeyPatch) -> 
     check(x)
     heuristic = plan_for(x)
     assert heuristic is not None and heuristic.what[-1] == softmax_config(41, 1501, 4)
-    tuned = (2, 2048, 1)
+    tuned = (2, 2048, 1, 8)
     monkeypatch.setattr(softmax_module, "_choose_uncached", lambda x2, index, autotune: (tuned, True))
     torch.testing.assert_close(tilegym_cutile_rs.softmax(x, autotune=True), reference(x), **TOL[torch.float32])
     check(x)
