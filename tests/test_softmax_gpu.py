@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import tilegym_cutile_rs
+from tilegym_cutile_rs import _abi, _device, _library
 from tilegym_cutile_rs.ops import softmax as softmax_module
 from tilegym_cutile_rs.ops.softmax import softmax_config
 
@@ -185,6 +186,26 @@ def test_explicit_configs_agree(config: tuple[int, ...]) -> None:
     x = torch.randn(37, 3333, device="cuda", dtype=torch.bfloat16)
     y = tilegym_cutile_rs.softmax(x, config=config)
     torch.testing.assert_close(y, reference(x), **TOL[torch.bfloat16])
+
+
+def test_warps_the_toolchain_refuses_are_an_error_not_a_crash() -> None:
+    # Tile IR 13.4 takes 4 or 8 worker warps; the library accepts Tile IR's wider domain.
+    from tilegym_cutile_rs import _toolchain
+    from tilegym_cutile_rs.errors import CutileError
+
+    x = torch.randn(4, 256, device="cuda")
+    if _toolchain.configure().release < (13, 5):
+        with pytest.raises(ValueError, match="4 or 8 worker warps"):
+            tilegym_cutile_rs.softmax(x, config=(1, 256, 0, 16))
+        # Past the Python check, cutile refuses the hint in a compile error, not a crash.
+        status = _library.library().cutile_softmax(
+            _abi.tensor_desc(x), _abi.tensor_desc(torch.empty_like(x)), 1, 256, 0, 16, 0, _device.current_stream(0)
+        )
+        with pytest.raises(CutileError, match="num_worker_warps_per_cta"):
+            _abi.check_status(status, "softmax")
+    else:
+        torch.testing.assert_close(tilegym_cutile_rs.softmax(x, config=(1, 256, 0, 16)), reference(x), **TOL[x.dtype])
+    check(x)  # the failed variant leaves nothing behind
 
 
 def test_heuristic_is_power_of_two() -> None:

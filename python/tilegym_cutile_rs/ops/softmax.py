@@ -7,7 +7,7 @@ import threading
 from time import monotonic as _monotonic
 from typing import Any
 
-from .. import _abi, _autotune, _device, _library, _progress
+from .. import _abi, _autotune, _device, _library, _progress, _toolchain
 
 __all__ = ["softmax", "softmax_config", "softmax_candidates"]
 
@@ -233,7 +233,16 @@ def _check_config(config: Any) -> Config:
         raise TypeError(f"config must be {_CONFIG_FORM}, got {config!r}") from None
     if not 2 <= len(values) <= 4:
         raise TypeError(f"config must be {_CONFIG_FORM}, got {config!r}")
-    return (*values, 0, 0)[:4]  # type: ignore[return-value]
+    values = (*values, 0, 0)[:4]
+    warps = values[3]
+    if warps not in (0, 4, 8) and _toolchain.configure().release < (13, 5):
+        # Said here, before a compile: cutile's own error names the hint, not the fix.
+        raise ValueError(
+            f"config warps = {warps}: tileiras {'.'.join(map(str, _toolchain.configure().release))} "
+            "takes 0 (its own choice), 4 or 8 worker warps per CTA; other powers of two up to 32 "
+            "need tileiras 13.5 or newer"
+        )
+    return values  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=None)
