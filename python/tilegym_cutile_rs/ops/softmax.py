@@ -18,19 +18,28 @@ SUPPORTED = ("float32", "float16", "bfloat16")
 # block_n rows) with `occupancy` CTAs per SM and `warps` worker warps per CTA
 # (0: tileiras' choice); longer rows loop over LOOP tiles (two reads: online
 # max/sum, then normalise).
-# Eight warps (not tileiras' four) pay most for 2-byte types and for wide float32
-# tiles; with them one float32 tile holds a 32768-element row.
+# Eight warps (not tileiras' four) pay for wide tiles; with them one float32 tile
+# holds a 32768-element row. Rows 512-8192 of the 2-byte table and 1024 of the
+# float32 one were refitted after stores went direct (kernel.rs); the rest were
+# fitted with TMA stores and not swept since.
 SINGLE_TILE = {  # element size -> [(largest block_n, elements per CTA tile, occupancy, warps)]
     4: [
         (256, 4096, 4, 8),
-        (1024, 8192, 4, 0),
+        (1024, 8192, 0, 0),
         (2048, 8192, 4, 8),
         (4096, 4096, 4, 0),
         (8192, 8192, 4, 8),
         (16384, 16384, 2, 8),
         (32768, 32768, 1, 8),
     ],
-    2: [(256, 4096, 4, 8), (8192, 8192, 4, 8)],
+    2: [
+        (256, 4096, 4, 8),
+        (512, 8192, 4, 8),
+        (1024, 2048, 0, 0),
+        (2048, 8192, 4, 8),
+        (4096, 8192, 4, 0),
+        (8192, 16384, 4, 8),
+    ],
 }
 LOOP = {4: (16384, 2, 8), 2: (8192, 4, 8)}  # element size -> (block_n, occupancy, warps)
 MAX_BLOCK_M = 64
