@@ -19,9 +19,9 @@ SUPPORTED = ("float32", "float16", "bfloat16")
 # (0: tileiras' choice); longer rows loop over LOOP tiles (two reads: online
 # max/sum, then normalise).
 # Eight warps (not tileiras' four) pay for wide tiles; with them one float32 tile
-# holds a 32768-element row. Rows 512-8192 of the 2-byte table and 1024 of the
-# float32 one were refitted after stores went direct (kernel.rs); the rest were
-# fitted with TMA stores and not swept since.
+# holds a 32768-element row. The 2-byte entries for 1024, 4096 and 8192 and the
+# float32 one for 1024 were refitted after stores went direct (kernel.rs); the
+# rest were fitted with TMA stores and not swept since.
 SINGLE_TILE = {  # element size -> [(largest block_n, elements per CTA tile, occupancy, warps)]
     4: [
         (256, 4096, 4, 8),
