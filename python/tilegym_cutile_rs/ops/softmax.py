@@ -48,8 +48,10 @@ MAX_BLOCK_M = 64
 MIN_CTAS = 256
 # The widest single tile the autotuner tries (register pressure beyond it).
 MAX_TILE_ELEMENTS = 32768
-# Worker warps per CTA the autotuner tries: tileiras' choice, or 8 (tileiras 13.4
-# accepts only 4 and 8).
+# Worker-warp counts tileiras before 13.5 compiles (0: its own choice); 13.5 takes
+# every power of two up to 32.
+WARPS_BEFORE_13_5 = (0, 4, 8)
+# Worker warps per CTA the autotuner tries: tileiras' choice, or 8.
 WARPS = (0, 8)
 
 Config = tuple[int, int, int, int]  # (block_m, block_n, occupancy, warps)
@@ -244,13 +246,15 @@ def _check_config(config: Any) -> Config:
         raise TypeError(f"config must be {_CONFIG_FORM}, got {config!r}")
     values = (*values, 0, 0)[:4]
     warps = values[3]
-    if warps not in (0, 4, 8) and _toolchain.configure().release < (13, 5):
-        # Said here, before a compile: cutile's own error names the hint, not the fix.
-        raise ValueError(
-            f"config warps = {warps}: tileiras {'.'.join(map(str, _toolchain.configure().release))} "
-            "takes 0 (its own choice), 4 or 8 worker warps per CTA; other powers of two up to 32 "
-            "need tileiras 13.5 or newer"
-        )
+    if warps not in WARPS_BEFORE_13_5:
+        release = _toolchain.configure().release
+        if release < (13, 5):
+            # Said here, before a compile: cutile's own error names the hint, not the fix.
+            raise ValueError(
+                f"config warps = {warps}: tileiras {'.'.join(map(str, release))} "
+                "takes 0 (its own choice), 4 or 8 worker warps per CTA; other powers of two up to 32 "
+                "need tileiras 13.5 or newer"
+            )
     return values  # type: ignore[return-value]
 
 
