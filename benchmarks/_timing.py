@@ -15,22 +15,26 @@ def flush_buffer() -> torch.Tensor:
     return torch.empty(256 << 20, dtype=torch.int8, device="cuda")
 
 
-def host_us_per_call(fn: Callable[[], Any], calls: int, warmup: int, rounds: int = 5) -> float:
-    """Host time per call of fn: the best of `rounds` rounds of calls // rounds calls each, after
-    `warmup` calls, the GPU drained around each round. The best round is the one other load on
-    the host disturbed least (as timeit advises). For calls whose GPU work is shorter than their
-    host time (1x256), so the GPU never holds the host back."""
-    for _ in range(warmup):
-        fn()
-    per_round = max(1, calls // rounds)
-    best = float("inf")
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(per_round):
+def host_us_per_call(fns: dict[str, Callable[[], Any]], calls: int, warmup: int, rounds: int = 10) -> dict[str, float]:
+    """Host us per call of each of fns: the best of `rounds` rounds of calls // rounds calls
+    each, after `warmup` calls, the GPU drained around each round. The fns take turns round by
+    round, so a slow spell of the host (this machine's host timings move by 2x between runs)
+    hits them alike and their ratio holds; the best round is the one other load disturbed least
+    (as timeit advises). For calls whose GPU work is shorter than their host time (1x256), so
+    the GPU never holds the host back."""
+    for fn in fns.values():
+        for _ in range(warmup):
             fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / per_round * 1e6)
+    per_round = max(1, calls // rounds)
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(per_round):
+                fn()
+            torch.cuda.synchronize()
+            best[name] = min(best[name], (time.perf_counter() - t0) / per_round * 1e6)
     return best
 
 

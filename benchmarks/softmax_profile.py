@@ -10,7 +10,8 @@ Per shape and dtype, in microseconds per call:
   all 200: what the GPU does per call when the host is never the limit;
 - host: the host's time per call for those 200 enqueues, while the GPU is still
   asleep. A call that waits for the GPU shows here as thousands of us.
-Then the host time of a 1x256 float32 call, split into its parts.
+First the host time of a 1x256 float32 call, split into its parts (before
+the profiler runs: it leaves every later launch slower).
 """
 
 from __future__ import annotations
@@ -97,12 +98,11 @@ def host_split(calls: int = 20000) -> None:
         ("torch.empty_like", lambda: torch.empty_like(x)),
         ("current stream handle", lambda: _device.current_stream(0)),
     ]
-    print("\n| 1x256 float32, host per call (best of 5 rounds) | us |")
+    print("| 1x256 float32, host per call (best of 10 rounds taken in turn) | us |")
     print("| --- | --- |")
-    us = {}
-    for name, fn in parts:
-        us[name] = host_us_per_call(fn, calls, warmup=200)
-        print(f"| {name} | {us[name]:.2f} |", flush=True)
+    us = host_us_per_call(dict(parts), calls, warmup=200)
+    for name, _ in parts:
+        print(f"| {name} | {us[name]:.2f} |")
     print(f"| ours / torch.softmax | {us['tilegym_cutile_rs.softmax'] / us['torch.softmax']:.2f}x |")
 
 
@@ -112,8 +112,11 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float32,bfloat16")
     args = parser.parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
-    per_shape(args.shapes, args.dtypes)
+    # Host times first: once torch.profiler has run in a process, every launch in it costs more
+    # (torch.softmax: 7.5 us per call before, 16 us after, in one H200 run).
     host_split()
+    print()
+    per_shape(args.shapes, args.dtypes)
 
 
 if __name__ == "__main__":

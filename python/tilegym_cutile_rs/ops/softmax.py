@@ -19,28 +19,31 @@ SUPPORTED = ("float32", "float16", "bfloat16")
 # (0: tileiras' choice); longer rows loop over LOOP tiles (two reads: online
 # max/sum, then normalise).
 # Eight warps (not tileiras' four) pay for wide tiles; with them one float32 tile
-# holds a 32768-element row. The 2-byte entries for 1024, 4096 and 8192 and the
-# float32 one for 1024 were refitted after stores went direct (kernel.rs); the
-# rest were fitted with TMA stores and not swept since.
+# holds a 32768-element row. Fitted to sweeps of the direct-store kernels
+# (kernel.rs); the float32 LOOP entry (rows over 32768) predates them.
 SINGLE_TILE = {  # element size -> [(largest block_n, elements per CTA tile, occupancy, warps)]
     4: [
-        (256, 4096, 4, 8),
-        (1024, 8192, 0, 0),
-        (2048, 8192, 4, 8),
+        (256, 1024, 1, 0),
+        (1024, 4096, 0, 0),
+        (2048, 8192, 1, 0),
         (4096, 4096, 4, 0),
         (8192, 8192, 4, 8),
-        (16384, 16384, 2, 8),
+        (16384, 16384, 2, 0),
         (32768, 32768, 1, 8),
     ],
     2: [
-        (256, 4096, 4, 8),
-        (512, 8192, 4, 8),
+        (256, 1024, 0, 0),
+        (512, 1024, 4, 0),
         (1024, 2048, 0, 0),
-        (2048, 8192, 4, 8),
+        (2048, 8192, 4, 0),
         (4096, 8192, 4, 0),
         (8192, 16384, 4, 8),
     ],
 }
+# element size -> worker warps when the rows are too few for the entry's row
+# blocks (block_m cut to keep MIN_CTAS CTAs): a grid of one-row 2-byte tiles
+# keeps too few loads in flight with four warps (256x1009 bf16: 278 -> 369 GB/s).
+FEW_ROWS_WARPS = {2: 8}
 LOOP = {4: (16384, 2, 8), 2: (8192, 4, 8)}  # element size -> (block_n, occupancy, warps)
 MAX_BLOCK_M = 64
 # Row blocks shrink until there are this many CTAs (when there are rows enough):
@@ -70,8 +73,12 @@ def softmax_config(m: int, n: int, element_size: int) -> Config:
     block_n = _next_pow2(n)
     for largest, elements, occupancy, warps in SINGLE_TILE[element_size]:
         if block_n <= largest:
+            fitted = max(1, min(elements // block_n, MAX_BLOCK_M))
             enough_ctas = 1 << max(0, (m // MIN_CTAS).bit_length() - 1)  # largest power of two <= m / MIN_CTAS
-            return max(1, min(elements // block_n, enough_ctas, MAX_BLOCK_M)), block_n, occupancy, warps
+            block_m = min(fitted, enough_ctas)
+            if block_m < fitted:
+                warps = FEW_ROWS_WARPS.get(element_size, warps)
+            return block_m, block_n, occupancy, warps
     loop_n, occupancy, warps = LOOP[element_size]
     return 1, loop_n, occupancy, warps
 
