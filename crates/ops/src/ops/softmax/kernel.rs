@@ -12,9 +12,10 @@
 //! Stores go straight to global memory (`tma::Disabled`): by default tileiras
 //! stages an output tile in shared memory and writes it with TMA (SASS: `STS.128`,
 //! then `UTMASTG.2D` behind mbarrier waits; 129 KiB of shared memory for a
-//! 32768-wide float32 tile). Direct stores were faster on eight of the ten rows the
-//! H200 sweep compared (2048x32768 f32 3354 -> 3954 GB/s, 8192x4096 bf16 3100 ->
-//! 3629), 0.5% slower on one and 3% on 4096x8192 bf16 (docs/benchmarks.md).
+//! 32768-wide float32 tile). In the H200 sweeps (best config per row, TMA stores
+//! against direct) direct stores were faster on 25 of 33 rows (2048x32768 f32
+//! 3354 -> 3975 GB/s, 8192x4096 bf16 3100 -> 3695) and at most 2% slower on the
+//! 2048-or-more-row shapes (4096x8192 bf16 3699 -> 3632; docs/benchmarks.md).
 
 #[cutile::module]
 pub mod softmax_kernels {
