@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tilegym_cutile_rs
-from tilegym_cutile_rs import _abi, _device, _library
+from tilegym_cutile_rs import _abi, _cache, _device, _library
 from tilegym_cutile_rs.ops import softmax as softmax_module
 from tilegym_cutile_rs.ops.softmax import softmax_config
 
@@ -78,12 +78,19 @@ def plan_for(x: torch.Tensor, dim: int = -1) -> softmax_module._Plan | None:
 
 
 def test_repeated_calls_take_each_call_s_data() -> None:
-    # The first call of a shape makes this thread's plan; later calls only swap pointers.
+    # The first call of a shape makes this thread's plan and records its launch;
+    # later calls only swap pointers, in Python and in the replayed launch.
     base = torch.randn(3, 64, 2048, device="cuda", dtype=torch.bfloat16)
+    long_rows = torch.randn(3, 5, 40000, device="cuda")  # the row-loop kernel
+    before = _cache.stats()["replays"]
     for i in range(3):
         check(base[i])
         check(base[i, :, 100:1300])  # strided rows at an offset pointer
         check(base[i].view(8, 8, 2048))
+        check(long_rows[i])
+    # Every call but the first of each launch key (the 8x8x2048 view shares base[i]'s; the
+    # long_rows[i] differ in pointer by multiples of 256 bytes, all 16-byte aligned).
+    assert _cache.stats()["replays"] - before >= 12 - 3
     assert plan_for(base[0]) is not None and plan_for(base[0, :, 100:1300]) is not None
     assert plan_for(base[0].t()) is None  # a copied input never gets a plan
     check(base[0].t())

@@ -128,13 +128,14 @@ def disabled_reason() -> str | None:
 
 def stats() -> dict[str, int]:
     """This process's counters: disk hits, misses, puts, bytes written, I/O errors, tileiras
-    runs, and warm starts (kernels loaded from the warm-start index without lowering)."""
+    runs, warm starts (kernels loaded from the warm-start index without lowering), and
+    replays (launches that repeated an earlier one straight through cuLaunchKernel)."""
     from . import _abi, _library
 
     lib = _library.library()
     out = _library.ffi().new("CacheStats *")
     _abi.check_status(lib.cutile_cache_stats(out), "kernel cache stats")
-    return {name: int(getattr(out, name)) for name in ("hits", "misses", "puts", "bytes_written", "io_errors", "tileiras_runs", "warm_starts")}
+    return {name: int(getattr(out, name)) for name in ("hits", "misses", "puts", "bytes_written", "io_errors", "tileiras_runs", "warm_starts", "replays")}
 
 
 @dataclass(frozen=True)

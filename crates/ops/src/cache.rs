@@ -94,6 +94,8 @@ pub struct CacheStats {
     pub tileiras_runs: u64,
     /// Kernels loaded from the warm-start index, with no lowering.
     pub warm_starts: u64,
+    /// Launches replayed straight to the driver, past cutile's launcher (`crate::replay`).
+    pub replays: u64,
 }
 
 fn c_str<'a>(p: *const c_char, name: &str) -> OpResult<&'a str> {
@@ -154,6 +156,7 @@ pub unsafe extern "C" fn cutile_cache_stats(out: *mut CacheStats) -> i32 {
             io_errors: s.io_errors,
             tileiras_runs: jit_cache::jit_backend_compile_count(),
             warm_starts: crate::warm_start::warm_starts(),
+            replays: crate::replay::replays(),
         };
         unsafe { out.write(stats) };
         Ok(())

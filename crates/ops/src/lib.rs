@@ -9,6 +9,7 @@
 pub mod abi;
 pub mod cache;
 pub mod probe;
+pub mod replay;
 pub mod runtime;
 pub mod warm_start;
 

@@ -101,6 +101,9 @@ fn capturing(stream: &Stream) -> bool {
 /// `signature` hashes every launch input cutile can specialize on; `kernel` is
 /// the kernel's name in its module; `resolve` yields the launch's cutile key on the
 /// given stream without compiling; `launch` performs the real launch.
+/// Returns the cutile key when it was resolved: at a signature's first launch
+/// outside a CUDA-graph capture (resolving synchronizes a stream, which a
+/// capture forbids), for the op to record the launch for [`crate::replay`].
 pub fn launch(
     ctx: &Arc<Context>,
     stream: &Stream,
@@ -108,15 +111,15 @@ pub fn launch(
     kernel: &str,
     resolve: impl FnOnce(&Arc<Stream>) -> Result<TileFunctionKey, DeviceError>,
     launch: impl FnOnce() -> Result<(), DeviceError>,
-) -> Result<(), DeviceError> {
-    if !first_sight(signature) || !cache::installed() || capturing(stream) {
-        return launch();
+) -> Result<Option<TileFunctionKey>, DeviceError> {
+    if capturing(stream) || !first_sight(signature) {
+        return launch().map(|()| None);
     }
     let Ok(key) = private_stream(ctx).and_then(|s| resolve(&s)) else {
-        return launch();
+        return launch().map(|()| None);
     };
-    if contains_cuda_function(&key) {
-        return launch();
+    if !cache::installed() || contains_cuda_function(&key) {
+        return launch().map(|()| Some(key));
     }
     let device = ctx.ordinal();
     let index = IndexKey::new(&key, device);
@@ -124,17 +127,16 @@ pub fn launch(
         if install(&key, device, &index, &bytes).is_some() {
             WARM_STARTS.fetch_add(1, Ordering::Relaxed);
         }
-        return launch();
+        return launch().map(|()| Some(key));
     }
     CAPTURED.with(|c| *c.borrow_mut() = Some(None));
     let result = launch();
     let captured = CAPTURED.with(|c| c.borrow_mut().take()).flatten();
-    if result.is_ok() {
-        if let Some(cubin) = captured.as_deref().and_then(cubin_of_entry) {
-            record(&key, &index, &KernelNaming::new(kernel).entry_name(), &cubin);
-        }
+    result?;
+    if let Some(cubin) = captured.as_deref().and_then(cubin_of_entry) {
+        record(&key, &index, &KernelNaming::new(kernel).entry_name(), &cubin);
     }
-    result
+    Ok(Some(key))
 }
 
 /// Where an index entry lives and what it is validated against.

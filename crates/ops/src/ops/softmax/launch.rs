@@ -3,9 +3,12 @@
 
 use super::kernel::softmax_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
-use crate::{runtime, warm_start};
+use crate::{replay, runtime, warm_start};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
+use cutile::cuda_async::error::DeviceError;
+use cutile::cutile_compiler::specialization::DivHint;
+use cutile::tensor::KernelOutputStored;
 use cutile::tile_kernel::CompileOptions;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -77,23 +80,55 @@ pub fn softmax(
     if warps > 0 {
         options = options.num_worker_warps_per_cta(warps);
     }
+    // One CTA per row block: in the loop kernel y is cut into [block_m, n_pad]
+    // slabs, n_pad the row length rounded up to whole tiles (one variant per n_pad).
+    let n_pad = (n as i64 + block_n as i64 - 1) / block_n as i64 * block_n as i64;
+    let n_pad = i32::try_from(n_pad)
+        .map_err(|_| OpError::invalid(format!("row length {n} rounded up to tiles of {block_n} overflows i32")))?;
     let ctx = runtime::context(device)?;
+    // Everything cutile can specialize on or checks at launch, pointers aside:
+    // the kernel, its generics and options, the device, extents, strides and
+    // each pointer's alignment as cutile's specialization takes it (`DivHint`:
+    // divisibility up to 16 bytes). A launch equal in all of it replays (crate::replay).
+    let key = [
+        i64::from(n <= block_n),
+        x.dtype as i64,
+        i64::from(block_m),
+        i64::from(block_n),
+        i64::from(n_pad),
+        ctx.ordinal() as i64,
+        i64::from(occupancy),
+        i64::from(warps),
+        i64::from(m),
+        i64::from(n),
+        i64::from(x.strides[0]),
+        i64::from(x.strides[1]),
+        i64::from(DivHint::from_ptr(x.ptr).divisor),
+        i64::from(DivHint::from_ptr(y.ptr).divisor),
+    ];
+    if let Some(replay) = replay::get(&key) {
+        // SAFETY: x and y were checked above to fit the extents the key records;
+        // the caller (torch) keeps them and the stream alive, as for any launch.
+        return unsafe { replay.launch(stream, &[y.ptr, x.ptr]) }
+            .map_err(|e| runtime::launch_error("softmax", DeviceError::Driver(e)));
+    }
     let stream = runtime::borrow_stream(&ctx, stream);
     match x.dtype {
-        DType::F32 => launch::<f32>(&ctx, &stream, x, y, block_m, block_n, options),
-        DType::F16 => launch::<f16>(&ctx, &stream, x, y, block_m, block_n, options),
-        DType::BF16 => launch::<bf16>(&ctx, &stream, x, y, block_m, block_n, options),
+        DType::F32 => launch::<f32>(&ctx, &stream, x, y, [block_m, block_n, n_pad], options, &key),
+        DType::F16 => launch::<f16>(&ctx, &stream, x, y, [block_m, block_n, n_pad], options, &key),
+        DType::BF16 => launch::<bf16>(&ctx, &stream, x, y, [block_m, block_n, n_pad], options, &key),
     }
 }
 
+/// cutile's launch of one variant; `[block_m, block_n, n_pad]` as `softmax` derived them.
 fn launch<T: cutile::DType>(
     ctx: &Arc<Context>,
     stream: &Arc<cuda_core::Stream>,
     x: &CheckedTensor,
     y: &CheckedTensor,
-    block_m: i32,
-    block_n: i32,
+    [block_m, block_n, n_pad]: [i32; 3],
     options: CompileOptions,
+    key: &[i64],
 ) -> OpResult<()> {
     let n = x.shape[1];
     // SAFETY: torch owns both allocations and keeps them alive while the work
@@ -105,11 +140,7 @@ fn launch<T: cutile::DType>(
         )
     };
     let single_tile = n <= block_n;
-    // One CTA per row block: in the loop kernel y is cut into [block_m, n_pad]
-    // slabs, n_pad the row length rounded up to whole tiles (one variant per n_pad).
-    let n_pad = (n as i64 + block_n as i64 - 1) / block_n as i64 * block_n as i64;
-    let n_pad = i32::try_from(n_pad)
-        .map_err(|_| OpError::invalid(format!("row length {n} rounded up to tiles of {block_n} overflows i32")))?;
+    let tile = if single_tile { [block_m, block_n] } else { [block_m, n_pad] };
     // Built where it is consumed (cutile's launcher takes it by value), not cloned.
     let generics = || {
         let mut g = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
@@ -119,13 +150,9 @@ fn launch<T: cutile::DType>(
         g
     };
     let kernel = if single_tile { "softmax_row_tile" } else { "softmax_row_loop" };
-    // Everything cutile can specialize on: the kernel, its generics and options,
-    // the device, extents, strides and pointer alignment.
     let signature = {
         let mut h = DefaultHasher::new();
-        (single_tile, x.dtype as i32, block_m, block_n, n_pad, ctx.ordinal()).hash(&mut h);
-        (options.occupancy, options.num_worker_warps_per_cta).hash(&mut h);
-        (&x.shape, &x.strides, &y.shape, x.ptr % 1024, y.ptr % 1024).hash(&mut h);
+        key.hash(&mut h);
         h.finish()
     };
     // This launch's launcher, handed to `$finish` as `$l` (the two kernels' launcher types differ).
@@ -133,13 +160,12 @@ fn launch<T: cutile::DType>(
         (|$l:ident| $finish:expr) => {{
             let (xt, mut yt) = tensors();
             let (g, o) = (generics(), options.clone());
+            let tiles = (&mut yt).partition(tile.map(|t| t as usize));
             if single_tile {
-                let tiles = (&mut yt).partition([block_m as usize, block_n as usize]);
                 let $l = softmax_kernels::softmax_row_tile(tiles, &xt).generics(g).compile_options(o);
                 $finish
             } else {
-                let rows = (&mut yt).partition([block_m as usize, n_pad as usize]);
-                let $l = softmax_kernels::softmax_row_loop(rows, &xt).generics(g).compile_options(o);
+                let $l = softmax_kernels::softmax_row_loop(tiles, &xt).generics(g).compile_options(o);
                 $finish
             }
         }};
@@ -147,5 +173,15 @@ fn launch<T: cutile::DType>(
     let resolve = |s: &Arc<cuda_core::Stream>| with_launcher!(|l| l.specialize_on(s).map(|spec| spec.into_l1_cache_key()));
     // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
     let run = || with_launcher!(|l| unsafe { l.async_on(stream) }.map(|_| ()));
-    warm_start::launch(ctx, stream, signature, kernel, resolve, run).map_err(|e| runtime::launch_error("softmax", e))
+    let resolved = warm_start::launch(ctx, stream, signature, kernel, resolve, run)
+        .map_err(|e| runtime::launch_error("softmax", e))?;
+    if let Some(cutile_key) = resolved {
+        // The grid as cutile derives it from y's partition, and its arguments in its order.
+        let (_, mut yt) = tensors();
+        let grid = KernelOutputStored::<T>::grid(&(&mut yt).partition(tile.map(|t| t as usize)))
+            .map_err(|e| OpError::invalid(format!("softmax launch grid: {e}")))?;
+        let args = replay::Args::default().partition(0, &y.shape, &y.strides, &tile).tensor(1, &x.shape, &x.strides);
+        replay::record(key, &cutile_key, grid, args);
+    }
+    Ok(())
 }
