@@ -162,12 +162,16 @@ def test_non_default_stream() -> None:
 
 GRAPH_SCRIPT = """
 import torch, tilegym_cutile_rs
+from tilegym_cutile_rs import _cache
 static_x = torch.randn(512, 3000, device="cuda")
 tilegym_cutile_rs.softmax(static_x)  # compile outside capture
 torch.cuda.synchronize()
+replays = _cache.stats()["replays"]
 graph = torch.cuda.CUDAGraph()
 with torch.cuda.graph(graph):
     static_y = tilegym_cutile_rs.softmax(static_x)
+# The captured launch is the recorded one, replayed straight to cuLaunchKernel (crates/ops/src/replay.rs).
+assert _cache.stats()["replays"] == replays + 1, (replays, _cache.stats())
 for _ in range(3):
     static_x.copy_(torch.randn_like(static_x))
     graph.replay()
