@@ -1,12 +1,12 @@
 """Softmax tile-config sweep: GB/s of every config the autotuner would try, per shape.
 
-    python benchmarks/softmax_sweep.py [--shapes 8192x256,2048x32768] [--dtypes float32,bfloat16] [--timer do_bench]
+    python benchmarks/softmax_sweep.py [--shapes 8192x256,2048x32768] [--dtypes float32,bfloat16]
 
 For each shape and dtype prints torch.softmax, our heuristic's pick, and each
 candidate (block_m, block_n, occupancy, warps) of tilegym_cutile_rs's search space, as GB/s
 of the kernel's own duration (CUPTI through torch.profiler, L2 flushed before each
-call, host launch time excluded: it does not depend on the config), or with
---timer do_bench as softmax_bench.py times it; the best config is marked. The
+call, host launch time excluded: it does not depend on the config); the best
+config is marked. The
 heuristic in ops/softmax.py is fitted to tables this script printed. Every
 config is compiled (and checked against torch) first, on a thread pool: the
 library call releases the GIL and tileiras runs as a child process.
@@ -31,13 +31,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=SHAPES)
     parser.add_argument("--dtypes", default="float32,bfloat16,float16")
-    parser.add_argument(
-        "--timer",
-        choices=("kernel", "do_bench"),
-        default="kernel",
-        help="kernel: CUPTI kernel time (default); do_bench: triton.testing.do_bench, what softmax_bench.py's columns take "
-        "(the launch's own GPU-side cost included)",
-    )
     args = parser.parse_args()
     cases = []
     for shape in args.shapes.split(","):
@@ -59,7 +52,7 @@ def main() -> None:
     jobs = [(case, c) for case in cases for c in sm.softmax_candidates(case[2].shape[0], case[2].shape[1], case[2].element_size())]
     with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 4) - 2)) as pool:
         failures = dict(zip([(id(case[2]), c) for case, c in jobs], pool.map(lambda job: compile_and_check(*job), jobs)))
-    print(f"device: {torch.cuda.get_device_name()}; {len(jobs)} configs compiled; timer: {args.timer}\n")
+    print(f"device: {torch.cuda.get_device_name()}; {len(jobs)} configs compiled\n")
     print("| shape | dtype | torch | heuristic | best | configs (block_m, block_n, occupancy, warps): GB/s |")
     print("| --- | --- | --- | --- | --- | --- |")
     for case in cases:
@@ -68,10 +61,6 @@ def main() -> None:
         nbytes = 2 * x.numel() * x.element_size()
 
         def gbs(fn) -> float:
-            if args.timer == "do_bench":
-                from triton.testing import do_bench
-
-                return nbytes / (do_bench(fn, warmup=25, rep=100) * 1e-3) / 1e9
             return nbytes / (kernel_us(fn, reps=10, flush=True) * 1e-6) / 1e9
 
         results: dict = {}
