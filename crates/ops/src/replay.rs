@@ -3,9 +3,9 @@
 //!
 //! cutile's launcher redoes its whole path per launch: two borrowed tensors,
 //! the launch-site probe, the launch checks, an access lease per buffer, a
-//! retained function. On the H200 host that costs about 3.5 us on top of the
-//! driver's own 3.4-3.8 us for `cuLaunchKernel` (`examples/launch_cost.rs`,
-//! docs/benchmarks.md), more than all of torch.softmax's host time.
+//! retained function. On the H200 host that costs about 2.4 us on top of the
+//! driver's own 3.1 us for `cuLaunchKernel` (`examples/launch_cost.rs`,
+//! docs/benchmarks.md); with it our call took 1.9x torch.softmax's host time.
 //!
 //! Once cutile has launched a specialization (compiled or loaded its kernel and
 //! passed its launch checks), a launch equal to it in everything cutile
