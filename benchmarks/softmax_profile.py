@@ -1,9 +1,11 @@
-"""Where softmax time goes, ours against torch.softmax, per shape.
+"""Where softmax time goes, ours against torch.softmax and Triton, per shape.
 
     python benchmarks/softmax_profile.py [--shapes 256x256,8192x256] [--dtypes float32,bfloat16]
 
-Per shape and dtype, in microseconds per call:
+Per shape and dtype, for ours, torch.softmax and (when importable) the Triton
+softmax softmax_bench.py times (_peers.py), in microseconds per call:
 - kernel: the GPU kernel's own duration (CUPTI, through torch.profiler; L2 warm);
+- kernel flushed: the same after an L2 flush before each call, as do_bench runs it;
 - events: time between CUDA events around one call after an L2 flush, as
   triton.testing.do_bench measures it (the median of 50);
 - queued: 200 calls enqueued behind a 50 ms GPU sleep, timed by events around
@@ -17,12 +19,14 @@ the profiler runs: it leaves every later launch slower).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from typing import Any, Callable
 
 import torch
 
+from _peers import triton_softmax
 from _timing import flush_buffer, host_us_per_call, kernel_us
 
 import tilegym_cutile_rs
@@ -62,9 +66,13 @@ def queued_us(fn: Callable[[], Any]) -> tuple[float, float]:
 
 
 def per_shape(shapes: str, dtypes: str) -> None:
+    fns: dict[str, Callable[[Any], Any]] = {"ours": tilegym_cutile_rs.softmax, "torch": lambda x: torch.softmax(x, -1)}
+    triton = triton_softmax()
+    if triton is not None:
+        fns["triton"] = triton
     cols = ["M x N", "dtype", "config"]
-    for who in ("ours", "torch"):
-        cols += [f"{who} kernel", f"{who} events", f"{who} queued", f"{who} host"]
+    for who in fns:
+        cols += [f"{who} kernel", f"{who} kernel flushed", f"{who} events", f"{who} queued", f"{who} host"]
     print("| " + " | ".join(cols) + " |")
     print("|" + " --- |" * len(cols))
     for shape in shapes.split(","):
@@ -72,11 +80,18 @@ def per_shape(shapes: str, dtypes: str) -> None:
         for dtype_name in dtypes.split(","):
             x = torch.randn(m, n, device="cuda", dtype=getattr(torch, dtype_name))
             row = [f"{m} x {n}", dtype_name, str(sm.softmax_config(m, n, x.element_size()))]
-            for fn in (lambda: tilegym_cutile_rs.softmax(x), lambda: torch.softmax(x, -1)):
+            for f in fns.values():
+                fn = functools.partial(f, x)
                 for _ in range(3):  # compile (or load from the kernel cache) and make the plan first
                     fn()
                 queued, host = queued_us(fn)
-                row += [f"{kernel_us(fn, reps=20, flush=False):.1f}", f"{events_us(fn):.1f}", f"{queued:.1f}", f"{host:.1f}"]
+                row += [
+                    f"{kernel_us(fn, reps=20, flush=False):.1f}",
+                    f"{kernel_us(fn, reps=20, flush=True):.1f}",
+                    f"{events_us(fn):.1f}",
+                    f"{queued:.1f}",
+                    f"{host:.1f}",
+                ]
             print("| " + " | ".join(row) + " |", flush=True)
 
 
