@@ -97,6 +97,28 @@ def test_repeated_calls_take_each_call_s_data() -> None:
     assert plan_for(base[0].t()) is None
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_two_byte_rows_that_are_not_whole_vectors(dtype: torch.dtype) -> None:
+    # N or the row stride not a multiple of 8 elements: the gather kernel (kernel.rs).
+    for m, n in [(256, 1009), (7, 9), (1001, 1001), (5, 8191), (33, 4095), (3, 1)]:
+        check(torch.randn(m, n, device="cuda", dtype=dtype))
+    wide = torch.randn(50, 1031, device="cuda", dtype=dtype)
+    check(wide[:, :1024])  # whole-vector length, odd row stride
+    check(wide[:, 3:1000])  # odd length at an odd offset
+    x = torch.randn(9, 777, device="cuda", dtype=dtype)
+    x[0, :] = float("-inf")
+    x[0, 5] = 1.0  # one finite value in a row of -inf
+    x[1] *= 300
+    assert check(x)[0, 5] == 1.0
+    # Rows in blocks of 16, the last block partial: every row is written.
+    y = tilegym_cutile_rs.softmax(torch.randn(1000, 63, device="cuda", dtype=dtype), config=(16, 64))
+    torch.testing.assert_close(y.float().sum(-1), torch.ones(1000, device="cuda"), rtol=0, atol=2e-2)
+    before = _cache.stats()["replays"]
+    for rows in [torch.randn(300, 1009, device="cuda", dtype=dtype) for _ in range(4)]:  # one launch key
+        check(rows)
+    assert _cache.stats()["replays"] - before >= 3
+
+
 def test_plans_are_per_thread() -> None:
     import threading
 

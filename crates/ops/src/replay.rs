@@ -65,6 +65,12 @@ impl Args {
         self
     }
 
+    /// An `i32` scalar parameter.
+    pub fn scalar(mut self, value: i32) -> Self {
+        self.0.push(Arg::I32(value));
+        self
+    }
+
     fn pointers(&self) -> usize {
         self.0.iter().filter(|a| matches!(a, Arg::Pointer(_))).count()
     }

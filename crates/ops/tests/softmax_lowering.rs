@@ -63,6 +63,14 @@ fn loop_lowers_for_every_dtype() {
     }
 }
 
+#[test]
+fn gather_lowers_for_2_byte_dtypes() {
+    for dtype in ["f16", "bf16"] {
+        let ir = lower("softmax_row_gather", dtype, &[2, 1024]);
+        assert!(ir.contains("load_ptr_tko"), "expected a masked gather:\n{ir}");
+    }
+}
+
 /// The warm-start index stores each kernel's hoisted launch checks as text: the
 /// checks the compiler really emits for both kernels come back identical.
 #[test]

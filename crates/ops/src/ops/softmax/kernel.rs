@@ -2,7 +2,8 @@
 //! the host partitions into `[BM, BN]` tiles (cutile needs a static output
 //! tile shape, so the row length stays a runtime value).
 //!
-//! Loads go through a partition view padded with -inf, so lanes past the end
+//! Loads go through a partition view padded with -inf (in `softmax_row_gather`,
+//! a masked gather whose masked lanes are set to -inf), so lanes past the end
 //! of a row add exp(-inf) = 0 to the sum and never win the max (the upstream
 //! example padded with zero, which is wrong whenever N is not a multiple of BN).
 //! Math is float32 whatever the storage type; exponentials are exp2 of
@@ -43,6 +44,65 @@ pub mod softmax_kernels {
         let row_sum: Tile<f32, { [BM, 1] }> = row_sum.reshape(shape![BM, 1]);
         // One IEEE division per row and a multiply per element, not a division per
         // element (far more instructions); within 1 ulp of p / sum.
+        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
+        let inv_sum: Tile<f32, { [BM, BN] }> = true_div(one, row_sum).broadcast(shape![BM, BN]);
+        let out: Tile<E, { [BM, BN] }> = convert_tile(p * inv_sum);
+        let mut yp = y.partition_mut(shape![BM, BN]);
+        // SAFETY: y is this CTA's [BM, BN] tile, so [0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut yp, out, [0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+    }
+
+    /// `softmax_row_tile` for 2-byte rows that are not 16-byte multiples (N or
+    /// the row stride not a multiple of 8), which a partition view cannot load
+    /// as vectors: tileiras 13.4 lowers such a padded 2-byte load to a branch
+    /// per element pair whose conversion waits on the load, one DRAM round trip
+    /// after another (SASS: `LDG.E.U16` then `HADD2.F32`/`PRMT` in each branch).
+    /// A masked gather issues every load of the tile predicated, then waits once.
+    /// `x_row_stride` is x's row stride in elements (cutile's DSL has no stride
+    /// accessor). Rows past the end read the last row again: their results fall
+    /// outside y and the partition store drops them.
+    #[cutile::entry()]
+    fn softmax_row_gather<E: ElementType, const BM: i32, const BN: i32>(
+        y: &mut Tensor<E, { [BM, BN] }>,
+        x: &Tensor<E, { [-1, -1] }>,
+        x_row_stride: i32,
+    ) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let m: i32 = get_shape_dim(x.shape(), 0i32);
+        let n: i32 = get_shape_dim(x.shape(), 1i32);
+        let first: Tile<i32, { [BM] }> = broadcast_scalar(pid.0 * BM, shape![BM]);
+        let last: Tile<i32, { [BM] }> = broadcast_scalar(m - 1i32, shape![BM]);
+        let rows: Tile<i32, { [BM] }> = mini(first + iota(shape![BM]), last);
+        // Element offsets in i64: rows * stride can pass i32 in a large tensor.
+        let rows: Tile<i64, { [BM] }> = exti(rows);
+        let stride: Tile<i32, { [BM] }> = broadcast_scalar(x_row_stride, shape![BM]);
+        let stride: Tile<i64, { [BM] }> = exti(stride);
+        let row_off: Tile<i64, { [BM, 1] }> = (rows * stride).reshape(shape![BM, 1]);
+        let cols: Tile<i32, { [BN] }> = iota(shape![BN]);
+        let col_ok: Tile<bool, { [1, BN] }> = lt_tile(cols, broadcast_scalar(n, shape![BN])).reshape(shape![1, BN]);
+        let col_ok: Tile<bool, { [BM, BN] }> = col_ok.broadcast(shape![BM, BN]);
+        let cols: Tile<i64, { [BN] }> = exti(cols);
+        let cols: Tile<i64, { [1, BN] }> = cols.reshape(shape![1, BN]);
+        let offsets: Tile<i64, { [BM, BN] }> = row_off.broadcast(shape![BM, BN]) + cols.broadcast(shape![BM, BN]);
+        let x_base: *const E = x.as_ptr();
+        let base: PointerTile<*const E, { [] }> = pointer_to_tile(x_base);
+        let base: PointerTile<*const E, { [1, 1] }> = base.reshape(shape![1, 1]);
+        let base: PointerTile<*const E, { [BM, BN] }> = base.broadcast(shape![BM, BN]);
+        let ptrs: PointerTile<*const E, { [BM, BN] }> = addptr_tile(base, offsets);
+        // SAFETY: rows are clamped to 0..m and unmasked columns are < n, so every
+        // address read is an element of x, which the caller keeps alive.
+        let (raw, _token): (Tile<E, { [BM, BN] }>, Token) = unsafe {
+            load_ptr_tko(ptrs, ordering::Weak, None::<scope::TileBlock>, Some(col_ok), None, None, Latency::<0>)
+        };
+        let neg_inf: Tile<f32, { [BM, BN] }> = constant(f32::NEG_INFINITY, shape![BM, BN]);
+        let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
+        let t: Tile<f32, { [BM, BN] }> = select(col_ok, t, neg_inf);
+        let log2e: Tile<f32, { [BM, BN] }> = constant(1.4426950408889634f32, shape![BM, BN]);
+        let row_max: Tile<f32, { [BM] }> = reduce_max(t, 1);
+        let row_max: Tile<f32, { [BM, 1] }> = row_max.reshape(shape![BM, 1]);
+        let p: Tile<f32, { [BM, BN] }> = exp2((t - row_max.broadcast(shape![BM, BN])) * log2e, ftz::Disabled);
+        let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1);
+        let row_sum: Tile<f32, { [BM, 1] }> = row_sum.reshape(shape![BM, 1]);
         let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
         let inv_sum: Tile<f32, { [BM, BN] }> = true_div(one, row_sum).broadcast(shape![BM, BN]);
         let out: Tile<E, { [BM, BN] }> = convert_tile(p * inv_sum);

@@ -85,13 +85,14 @@ pub fn softmax(
     let n_pad = (n as i64 + block_n as i64 - 1) / block_n as i64 * block_n as i64;
     let n_pad = i32::try_from(n_pad)
         .map_err(|_| OpError::invalid(format!("row length {n} rounded up to tiles of {block_n} overflows i32")))?;
+    let kernel = Kernel::for_view(x, block_n);
     let ctx = runtime::context(device)?;
     // Everything cutile can specialize on or checks at launch, pointers aside:
     // the kernel, its generics and options, the device, extents, strides and
     // each pointer's alignment as cutile's specialization takes it (`DivHint`:
     // divisibility up to 16 bytes). A launch equal in all of it replays (crate::replay).
     let key = [
-        i64::from(n <= block_n),
+        kernel as i64,
         x.dtype as i64,
         i64::from(block_m),
         i64::from(block_n),
@@ -114,23 +115,59 @@ pub fn softmax(
     }
     let stream = runtime::borrow_stream(&ctx, stream);
     match x.dtype {
-        DType::F32 => launch::<f32>(&ctx, &stream, x, y, [block_m, block_n, n_pad], options, &key),
-        DType::F16 => launch::<f16>(&ctx, &stream, x, y, [block_m, block_n, n_pad], options, &key),
-        DType::BF16 => launch::<bf16>(&ctx, &stream, x, y, [block_m, block_n, n_pad], options, &key),
+        DType::F32 => launch::<f32>(&ctx, &stream, x, y, kernel, [block_m, block_n, n_pad], options, &key),
+        DType::F16 => launch::<f16>(&ctx, &stream, x, y, kernel, [block_m, block_n, n_pad], options, &key),
+        DType::BF16 => launch::<bf16>(&ctx, &stream, x, y, kernel, [block_m, block_n, n_pad], options, &key),
+    }
+}
+
+/// Which of the row kernels in kernel.rs a launch takes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kernel {
+    /// Rows longer than one tile.
+    Loop = 0,
+    /// The whole row in one tile, loaded through a partition view.
+    Tile = 1,
+    /// The whole row in one tile, 2-byte rows that are not whole 16-byte vectors:
+    /// a masked gather (kernel.rs says why).
+    Gather = 2,
+}
+
+impl Kernel {
+    fn for_view(x: &CheckedTensor, block_n: i32) -> Self {
+        let (m, n) = (x.shape[0], x.shape[1]);
+        if n > block_n {
+            return Self::Loop;
+        }
+        let two_byte = matches!(x.dtype, DType::F16 | DType::BF16);
+        if two_byte && (n % 8 != 0 || (m > 1 && x.strides[0] % 8 != 0)) {
+            Self::Gather
+        } else {
+            Self::Tile
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Loop => "softmax_row_loop",
+            Self::Tile => "softmax_row_tile",
+            Self::Gather => "softmax_row_gather",
+        }
     }
 }
 
 /// cutile's launch of one variant; `[block_m, block_n, n_pad]` as `softmax` derived them.
+#[allow(clippy::too_many_arguments)]
 fn launch<T: cutile::DType>(
     ctx: &Arc<Context>,
     stream: &Arc<cuda_core::Stream>,
     x: &CheckedTensor,
     y: &CheckedTensor,
+    kernel: Kernel,
     [block_m, block_n, n_pad]: [i32; 3],
     options: CompileOptions,
     key: &[i64],
 ) -> OpResult<()> {
-    let n = x.shape[1];
     // SAFETY: torch owns both allocations and keeps them alive while the work
     // it ordered on `stream` runs; y is a fresh output nobody else writes.
     let tensors = || unsafe {
@@ -139,7 +176,7 @@ fn launch<T: cutile::DType>(
             Tensor::<T>::borrow_raw_parts(y.ptr, ctx.clone(), y.shape.clone(), y.strides.clone()),
         )
     };
-    let single_tile = n <= block_n;
+    let single_tile = kernel != Kernel::Loop;
     let tile = if single_tile { [block_m, block_n] } else { [block_m, n_pad] };
     // Built where it is consumed (cutile's launcher takes it by value), not cloned.
     let generics = || {
@@ -149,7 +186,6 @@ fn launch<T: cutile::DType>(
         }
         g
     };
-    let kernel = if single_tile { "softmax_row_tile" } else { "softmax_row_loop" };
     let signature = {
         let mut h = DefaultHasher::new();
         key.hash(&mut h);
@@ -161,26 +197,36 @@ fn launch<T: cutile::DType>(
             let (xt, mut yt) = tensors();
             let (g, o) = (generics(), options.clone());
             let tiles = (&mut yt).partition(tile.map(|t| t as usize));
-            if single_tile {
-                let $l = softmax_kernels::softmax_row_tile(tiles, &xt).generics(g).compile_options(o);
-                $finish
-            } else {
-                let $l = softmax_kernels::softmax_row_loop(tiles, &xt).generics(g).compile_options(o);
-                $finish
+            match kernel {
+                Kernel::Tile => {
+                    let $l = softmax_kernels::softmax_row_tile(tiles, &xt).generics(g).compile_options(o);
+                    $finish
+                }
+                Kernel::Gather => {
+                    let $l = softmax_kernels::softmax_row_gather(tiles, &xt, x.strides[0]).generics(g).compile_options(o);
+                    $finish
+                }
+                Kernel::Loop => {
+                    let $l = softmax_kernels::softmax_row_loop(tiles, &xt).generics(g).compile_options(o);
+                    $finish
+                }
             }
         }};
     }
     let resolve = |s: &Arc<cuda_core::Stream>| with_launcher!(|l| l.specialize_on(s).map(|spec| spec.into_l1_cache_key()));
     // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
     let run = || with_launcher!(|l| unsafe { l.async_on(stream) }.map(|_| ()));
-    let resolved = warm_start::launch(ctx, stream, signature, kernel, resolve, run)
+    let resolved = warm_start::launch(ctx, stream, signature, kernel.name(), resolve, run)
         .map_err(|e| runtime::launch_error("softmax", e))?;
     if let Some(cutile_key) = resolved {
         // The grid as cutile derives it from y's partition, and its arguments in its order.
         let (_, mut yt) = tensors();
         let grid = KernelOutputStored::<T>::grid(&(&mut yt).partition(tile.map(|t| t as usize)))
             .map_err(|e| OpError::invalid(format!("softmax launch grid: {e}")))?;
-        let args = replay::Args::default().partition(0, &y.shape, &y.strides, &tile).tensor(1, &x.shape, &x.strides);
+        let mut args = replay::Args::default().partition(0, &y.shape, &y.strides, &tile).tensor(1, &x.shape, &x.strides);
+        if kernel == Kernel::Gather {
+            args = args.scalar(x.strides[0]);
+        }
         replay::record(key, &cutile_key, grid, args);
     }
     Ok(())
