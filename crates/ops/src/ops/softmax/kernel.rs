@@ -29,12 +29,21 @@ pub mod softmax_kernels {
         x: &Tensor<E, { [-1, -1] }>,
     ) {
         let pid: (i32, i32, i32) = get_tile_block_id();
-        let log2e: Tile<f32, { [BM, BN] }> = constant(1.4426950408889634f32, shape![BM, BN]);
         let xp: Partition<E, { [BM, BN] }> = unsafe {
             make_partition_view(x, shape![BM, BN], padding::NegInf, dim_map::Identity, x.token())
         };
         let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, 0i32]);
         let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
+        store_row_softmax(y, t);
+    }
+
+    /// The single-tile kernels' shared tail: the softmax of each row of `t`
+    /// (padded lanes -inf) into y, this CTA's [BM, BN] output tile.
+    fn store_row_softmax<E: ElementType, const BM: i32, const BN: i32>(
+        y: &mut Tensor<E, { [BM, BN] }>,
+        t: Tile<f32, { [BM, BN] }>,
+    ) {
+        let log2e: Tile<f32, { [BM, BN] }> = constant(1.4426950408889634f32, shape![BM, BN]);
         let row_max: Tile<f32, { [BM] }> = reduce_max(t, 1);
         let row_max: Tile<f32, { [BM, 1] }> = row_max.reshape(shape![BM, 1]);
         // Subtract first, then scale: x - max is exact near the max, so large |x|
@@ -97,18 +106,7 @@ pub mod softmax_kernels {
         let neg_inf: Tile<f32, { [BM, BN] }> = constant(f32::NEG_INFINITY, shape![BM, BN]);
         let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
         let t: Tile<f32, { [BM, BN] }> = select(col_ok, t, neg_inf);
-        let log2e: Tile<f32, { [BM, BN] }> = constant(1.4426950408889634f32, shape![BM, BN]);
-        let row_max: Tile<f32, { [BM] }> = reduce_max(t, 1);
-        let row_max: Tile<f32, { [BM, 1] }> = row_max.reshape(shape![BM, 1]);
-        let p: Tile<f32, { [BM, BN] }> = exp2((t - row_max.broadcast(shape![BM, BN])) * log2e, ftz::Disabled);
-        let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1);
-        let row_sum: Tile<f32, { [BM, 1] }> = row_sum.reshape(shape![BM, 1]);
-        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
-        let inv_sum: Tile<f32, { [BM, BN] }> = true_div(one, row_sum).broadcast(shape![BM, BN]);
-        let out: Tile<E, { [BM, BN] }> = convert_tile(p * inv_sum);
-        let mut yp = y.partition_mut(shape![BM, BN]);
-        // SAFETY: y is this CTA's [BM, BN] tile, so [0, 0] is its only partition index.
-        unsafe { store_view_tko_mut(&mut yp, out, [0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        store_row_softmax(y, t);
     }
 
     /// Rows longer than one tile: a first pass keeps an online max and a
