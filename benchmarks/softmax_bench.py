@@ -1,6 +1,6 @@
 """Softmax throughput against the peers a user has, in one process on the same inputs.
 
-    python benchmarks/softmax_bench.py [--quick]
+    python benchmarks/softmax_bench.py [--quick] [--rounds R] [--shapes MxN,...] [--dtypes D,...]
 
 Prints a markdown table: GB/s = 2 * M * N * element size / kernel time (one
 read, one write), timed with triton.testing.do_bench (L2 flushed between runs)
@@ -8,8 +8,8 @@ when Triton is installed, else CUDA events, the best of --rounds rounds that
 the columns take in turn; and our ratio to the best peer.
 Peers: torch.softmax, a Triton one-row-per-program softmax, and cuTile Python
 through TileGym (`tilegym.ops.softmax`, backend "cutile") when importable.
-Then host time per call on a 1x256 tensor, and first-call latency (JIT
-included) in a fresh process.
+Then (without --shapes) host time per call on a 1x256 tensor, and first-call
+latency (JIT included) in a fresh process.
 """
 
 from __future__ import annotations
@@ -57,7 +57,14 @@ def _timer() -> Callable[[Callable[[], Any]], float]:
         return events
 
 
-def throughput(quick: bool, rounds: int) -> None:
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _shape_list(text: str) -> list[tuple[int, int]]:
+    return [(int(m), int(n)) for m, n in (item.split("x") for item in text.split(","))]
+
+
+def throughput(shapes: list[tuple[int, int]], dtypes: list[torch.dtype], rounds: int) -> None:
     peers: dict[str, Callable[[torch.Tensor], torch.Tensor] | None] = {
         "torch": lambda x: torch.softmax(x, -1),
         "triton": triton_softmax(),
@@ -68,11 +75,10 @@ def throughput(quick: bool, rounds: int) -> None:
     cols = ["M x N", "dtype", *peers, "ours", "ours / best peer"]
     print("| " + " | ".join(cols) + " |")
     print("|" + " --- |" * len(cols))
-    shapes = BRIEF_SHAPES[:2] if quick else BRIEF_SHAPES + TILEGYM_SHAPES
     for m, n in shapes:
-        for dtype in (torch.float32, torch.bfloat16, torch.float16):
-            if dtype is torch.float16 and (m, n) in BRIEF_SHAPES:
-                continue
+        for dtype in dtypes:
+            if dtype is torch.float16 and (m, n) in BRIEF_SHAPES and len(dtypes) == len(DTYPES):
+                continue  # the BRIEF's table has no float16 rows
             x = torch.randn(m, n, device="cuda", dtype=dtype)
             gbs = dict.fromkeys([*peers, "ours"], 0.0)
             # The columns take their rounds in turn and keep their best: the GPU's speed on
@@ -116,12 +122,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="two shapes only")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per row, taken in turn; each column keeps its best (default 3)")
+    parser.add_argument("--shapes", type=_shape_list, help="MxN,... instead of the BRIEF's and TileGym's shapes; the table only")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated, of " + ", ".join(DTYPES))
     args = parser.parse_args()
+    dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
+    shapes = args.shapes or (BRIEF_SHAPES[:2] if args.quick else BRIEF_SHAPES + TILEGYM_SHAPES)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
     print(f"GB/s: the best of {args.rounds} rounds per column, the columns taking their rounds in turn\n")
-    throughput(args.quick, args.rounds)
-    host_overhead()
-    first_call()
+    throughput(shapes, dtypes, args.rounds)
+    if args.shapes is None:
+        host_overhead()
+        first_call()
 
 
 if __name__ == "__main__":
