@@ -117,6 +117,19 @@ def test_two_byte_rows_that_are_not_whole_vectors(dtype: torch.dtype) -> None:
     for rows in [torch.randn(300, 1009, device="cuda", dtype=dtype) for _ in range(4)]:  # one launch key
         check(rows)
     assert _cache.stats()["replays"] - before >= 3
+    # Longer than one tile: the loop gather kernel, heuristic and explicit configs.
+    for m, n in [(3, 50257), (2, 65535), (4, 8193)]:
+        check(torch.randn(m, n, device="cuda", dtype=dtype))
+    long = torch.randn(6, 20011, device="cuda", dtype=dtype)
+    check(long[:, 5:20000])  # odd length at an odd offset
+    x = torch.randn(37, 3001, device="cuda", dtype=dtype)
+    x[0, :] = float("-inf")
+    x[0, 2999] = 2.0  # the one finite value in the last, partial tile
+    x[1, :1024] = float("-inf")  # a whole tile of -inf
+    for config in [(1, 1024, 0, 0), (4, 512, 2, 8)]:
+        y = tilegym_cutile_rs.softmax(x, config=config)
+        torch.testing.assert_close(y, reference(x), **TOL[dtype])
+        assert y[0, 2999] == 1.0
 
 
 def test_plans_are_per_thread() -> None:

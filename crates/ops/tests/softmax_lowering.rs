@@ -68,6 +68,8 @@ fn gather_lowers_for_2_byte_dtypes() {
     for dtype in ["f16", "bf16"] {
         let ir = lower("softmax_row_gather", dtype, &[2, 1024]);
         assert!(ir.contains("load_ptr_tko"), "expected a masked gather:\n{ir}");
+        let ir = lower("softmax_row_loop_gather", dtype, &[1, 8192, 24576]);
+        assert!(ir.contains("load_ptr_tko") && ir.contains("for"), "expected masked gathers in a loop:\n{ir}");
     }
 }
 

@@ -77,17 +77,39 @@ pub mod softmax_kernels {
         x_row_stride: i32,
     ) {
         let pid: (i32, i32, i32) = get_tile_block_id();
+        let row_off: Tile<i64, { [BM, 1] }> = gather_row_offsets::<E, BM>(x, x_row_stride, pid.0 * BM);
+        let t: Tile<f32, { [BM, BN] }> = gather_tile::<E, BM, BN>(x, row_off, 0i32);
+        store_row_softmax(y, t);
+    }
+
+    /// Element offsets in x of the BM rows from `first_row`, in i64 (row *
+    /// stride can pass i32 in a large tensor). Rows past the end read the last
+    /// row again: their results fall outside y and the partition store drops them.
+    fn gather_row_offsets<E: ElementType, const BM: i32>(
+        x: &Tensor<E, { [-1, -1] }>,
+        x_row_stride: i32,
+        first_row: i32,
+    ) -> Tile<i64, { [BM, 1] }> {
         let m: i32 = get_shape_dim(x.shape(), 0i32);
-        let n: i32 = get_shape_dim(x.shape(), 1i32);
-        let first: Tile<i32, { [BM] }> = broadcast_scalar(pid.0 * BM, shape![BM]);
+        let first: Tile<i32, { [BM] }> = broadcast_scalar(first_row, shape![BM]);
         let last: Tile<i32, { [BM] }> = broadcast_scalar(m - 1i32, shape![BM]);
         let rows: Tile<i32, { [BM] }> = mini(first + iota(shape![BM]), last);
-        // Element offsets in i64: rows * stride can pass i32 in a large tensor.
         let rows: Tile<i64, { [BM] }> = exti(rows);
         let stride: Tile<i32, { [BM] }> = broadcast_scalar(x_row_stride, shape![BM]);
         let stride: Tile<i64, { [BM] }> = exti(stride);
-        let row_off: Tile<i64, { [BM, 1] }> = (rows * stride).reshape(shape![BM, 1]);
-        let cols: Tile<i32, { [BN] }> = iota(shape![BN]);
+        (rows * stride).reshape(shape![BM, 1])
+    }
+
+    /// Columns `col0..col0 + BN` of the rows at `row_off` as float32, lanes at
+    /// or past the row's end -inf: a masked gather, every load issued
+    /// predicated before the first use.
+    fn gather_tile<E: ElementType, const BM: i32, const BN: i32>(
+        x: &Tensor<E, { [-1, -1] }>,
+        row_off: Tile<i64, { [BM, 1] }>,
+        col0: i32,
+    ) -> Tile<f32, { [BM, BN] }> {
+        let n: i32 = get_shape_dim(x.shape(), 1i32);
+        let cols: Tile<i32, { [BN] }> = broadcast_scalar(col0, shape![BN]) + iota(shape![BN]);
         let col_ok: Tile<bool, { [1, BN] }> = lt_tile(cols, broadcast_scalar(n, shape![BN])).reshape(shape![1, BN]);
         let col_ok: Tile<bool, { [BM, BN] }> = col_ok.broadcast(shape![BM, BN]);
         let cols: Tile<i64, { [BN] }> = exti(cols);
@@ -98,15 +120,15 @@ pub mod softmax_kernels {
         let base: PointerTile<*const E, { [1, 1] }> = base.reshape(shape![1, 1]);
         let base: PointerTile<*const E, { [BM, BN] }> = base.broadcast(shape![BM, BN]);
         let ptrs: PointerTile<*const E, { [BM, BN] }> = addptr_tile(base, offsets);
-        // SAFETY: rows are clamped to 0..m and unmasked columns are < n, so every
-        // address read is an element of x, which the caller keeps alive.
+        // SAFETY: row_off holds rows of x (gather_row_offsets clamps them) and
+        // unmasked columns are < n, so every address read is an element of x,
+        // which the caller keeps alive.
         let (raw, _token): (Tile<E, { [BM, BN] }>, Token) = unsafe {
             load_ptr_tko(ptrs, ordering::Weak, None::<scope::TileBlock>, Some(col_ok), None, None, Latency::<0>)
         };
         let neg_inf: Tile<f32, { [BM, BN] }> = constant(f32::NEG_INFINITY, shape![BM, BN]);
         let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
-        let t: Tile<f32, { [BM, BN] }> = select(col_ok, t, neg_inf);
-        store_row_softmax(y, t);
+        select(col_ok, t, neg_inf)
     }
 
     /// Rows longer than one tile: a first pass keeps an online max and a
@@ -121,26 +143,18 @@ pub mod softmax_kernels {
         x: &Tensor<E, { [-1, -1] }>,
     ) {
         let pid: (i32, i32, i32) = get_tile_block_id();
-        let log2e: Tile<f32, { [BM, BN] }> = constant(1.4426950408889634f32, shape![BM, BN]);
         let xp: Partition<E, { [BM, BN] }> = unsafe {
             make_partition_view(x, shape![BM, BN], padding::NegInf, dim_map::Identity, x.token())
         };
-        let log2e_col: Tile<f32, { [BM, 1] }> = constant(1.4426950408889634f32, shape![BM, 1]);
         // A finite start keeps exp2(m_old - m_new) finite when a whole tile is -inf.
         let mut m: Tile<f32, { [BM, 1] }> = constant(-3.4028234663852886e38f32, shape![BM, 1]);
         let mut l: Tile<f32, { [BM, 1] }> = constant(0.0f32, shape![BM, 1]);
         for j in 0i32..num_tiles(&xp, 1) {
             let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, j]);
             let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
-            let tile_max: Tile<f32, { [BM] }> = reduce_max(t, 1);
-            let tile_max: Tile<f32, { [BM, 1] }> = tile_max.reshape(shape![BM, 1]);
-            let m_new: Tile<f32, { [BM, 1] }> = max_tile(m, tile_max);
-            let p: Tile<f32, { [BM, BN] }> = exp2((t - m_new.broadcast(shape![BM, BN])) * log2e, ftz::Disabled);
-            let tile_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1);
-            let tile_sum: Tile<f32, { [BM, 1] }> = tile_sum.reshape(shape![BM, 1]);
-            let alpha: Tile<f32, { [BM, 1] }> = exp2((m - m_new) * log2e_col, ftz::Disabled);
-            l = l * alpha + tile_sum;
+            let (m_new, l_new): (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) = online_step(m, l, t);
             m = m_new;
+            l = l_new;
         }
         let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
         let inv_l: Tile<f32, { [BM, BN] }> = true_div(one, l).broadcast(shape![BM, BN]);
@@ -151,10 +165,73 @@ pub mod softmax_kernels {
             let k: i32 = last - j;
             let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, k]);
             let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
-            let out: Tile<f32, { [BM, BN] }> = exp2((t - m_b) * log2e, ftz::Disabled) * inv_l;
-            let out: Tile<E, { [BM, BN] }> = convert_tile(out);
+            let out: Tile<E, { [BM, BN] }> = normalized(t, m_b, inv_l);
             // SAFETY: k = last - j with j in 0..num_tiles, so 0 <= k <= last.
             unsafe { store_view_tko_mut(&mut yp, out, [0i32, k], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
         }
+    }
+
+    /// `softmax_row_loop` for 2-byte rows that are not 16-byte multiples, its
+    /// tiles read by masked gathers, as `softmax_row_gather` does for one tile
+    /// (through the partition view, tileiras 13.4 lowers the loop's loads to
+    /// branches around `LDG.E.U16` too: SASS of the 2048 x 16385 bfloat16 kernel).
+    #[cutile::entry()]
+    fn softmax_row_loop_gather<E: ElementType, const BM: i32, const BN: i32, const NPAD: i32>(
+        y: &mut Tensor<E, { [BM, NPAD] }>,
+        x: &Tensor<E, { [-1, -1] }>,
+        x_row_stride: i32,
+    ) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let row_off: Tile<i64, { [BM, 1] }> = gather_row_offsets::<E, BM>(x, x_row_stride, pid.0 * BM);
+        let mut yp = y.partition_mut(shape![BM, BN]);
+        let tiles: i32 = num_tiles(&yp, 1);
+        let mut m: Tile<f32, { [BM, 1] }> = constant(-3.4028234663852886e38f32, shape![BM, 1]);
+        let mut l: Tile<f32, { [BM, 1] }> = constant(0.0f32, shape![BM, 1]);
+        for j in 0i32..tiles {
+            let t: Tile<f32, { [BM, BN] }> = gather_tile::<E, BM, BN>(x, row_off, j * BN);
+            let (m_new, l_new): (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) = online_step(m, l, t);
+            m = m_new;
+            l = l_new;
+        }
+        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
+        let inv_l: Tile<f32, { [BM, BN] }> = true_div(one, l).broadcast(shape![BM, BN]);
+        let m_b: Tile<f32, { [BM, BN] }> = m.broadcast(shape![BM, BN]);
+        let last: i32 = tiles - 1i32;
+        for j in 0i32..tiles {
+            let k: i32 = last - j;
+            let t: Tile<f32, { [BM, BN] }> = gather_tile::<E, BM, BN>(x, row_off, k * BN);
+            let out: Tile<E, { [BM, BN] }> = normalized(t, m_b, inv_l);
+            // SAFETY: k = last - j with j in 0..tiles, so 0 <= k <= last.
+            unsafe { store_view_tko_mut(&mut yp, out, [0i32, k], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        }
+    }
+
+    /// One tile's step of the online softmax: the running row max `m` and the
+    /// sum `l` of exp2 relative to it, rescaled when the max grows.
+    fn online_step<const BM: i32, const BN: i32>(
+        m: Tile<f32, { [BM, 1] }>,
+        l: Tile<f32, { [BM, 1] }>,
+        t: Tile<f32, { [BM, BN] }>,
+    ) -> (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) {
+        let log2e: Tile<f32, { [BM, BN] }> = constant(1.4426950408889634f32, shape![BM, BN]);
+        let log2e_col: Tile<f32, { [BM, 1] }> = constant(1.4426950408889634f32, shape![BM, 1]);
+        let tile_max: Tile<f32, { [BM] }> = reduce_max(t, 1);
+        let tile_max: Tile<f32, { [BM, 1] }> = tile_max.reshape(shape![BM, 1]);
+        let m_new: Tile<f32, { [BM, 1] }> = max_tile(m, tile_max);
+        let p: Tile<f32, { [BM, BN] }> = exp2((t - m_new.broadcast(shape![BM, BN])) * log2e, ftz::Disabled);
+        let tile_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1);
+        let tile_sum: Tile<f32, { [BM, 1] }> = tile_sum.reshape(shape![BM, 1]);
+        let alpha: Tile<f32, { [BM, 1] }> = exp2((m - m_new) * log2e_col, ftz::Disabled);
+        (m_new, l * alpha + tile_sum)
+    }
+
+    /// exp2(t - m) * inv_l in the storage type: the loop kernels' second pass.
+    fn normalized<E: ElementType, const BM: i32, const BN: i32>(
+        t: Tile<f32, { [BM, BN] }>,
+        m_b: Tile<f32, { [BM, BN] }>,
+        inv_l: Tile<f32, { [BM, BN] }>,
+    ) -> Tile<E, { [BM, BN] }> {
+        let log2e: Tile<f32, { [BM, BN] }> = constant(1.4426950408889634f32, shape![BM, BN]);
+        convert_tile(exp2((t - m_b) * log2e, ftz::Disabled) * inv_l)
     }
 }

@@ -131,19 +131,20 @@ enum Kernel {
     /// The whole row in one tile, 2-byte rows that are not whole 16-byte vectors:
     /// a masked gather (kernel.rs says why).
     Gather = 2,
+    /// Rows longer than one tile, 2-byte rows that are not whole 16-byte vectors.
+    LoopGather = 3,
 }
 
 impl Kernel {
     fn for_view(x: &CheckedTensor, block_n: i32) -> Self {
         let (m, n) = (x.shape[0], x.shape[1]);
-        if n > block_n {
-            return Self::Loop;
-        }
         let two_byte = matches!(x.dtype, DType::F16 | DType::BF16);
-        if two_byte && (n % 8 != 0 || (m > 1 && x.strides[0] % 8 != 0)) {
-            Self::Gather
-        } else {
-            Self::Tile
+        let gather = two_byte && (n % 8 != 0 || (m > 1 && x.strides[0] % 8 != 0));
+        match (n > block_n, gather) {
+            (true, false) => Self::Loop,
+            (true, true) => Self::LoopGather,
+            (false, false) => Self::Tile,
+            (false, true) => Self::Gather,
         }
     }
 
@@ -152,7 +153,18 @@ impl Kernel {
             Self::Loop => "softmax_row_loop",
             Self::Tile => "softmax_row_tile",
             Self::Gather => "softmax_row_gather",
+            Self::LoopGather => "softmax_row_loop_gather",
         }
+    }
+
+    /// Whether one tile holds the whole row (else y is cut into `[block_m, n_pad]` slabs).
+    fn single_tile(self) -> bool {
+        matches!(self, Self::Tile | Self::Gather)
+    }
+
+    /// Whether the kernel takes x's row stride as a scalar argument after x.
+    fn takes_row_stride(self) -> bool {
+        matches!(self, Self::Gather | Self::LoopGather)
     }
 }
 
@@ -176,7 +188,7 @@ fn launch<T: cutile::DType>(
             Tensor::<T>::borrow_raw_parts(y.ptr, ctx.clone(), y.shape.clone(), y.strides.clone()),
         )
     };
-    let single_tile = kernel != Kernel::Loop;
+    let single_tile = kernel.single_tile();
     let tile = if single_tile { [block_m, block_n] } else { [block_m, n_pad] };
     // Built where it is consumed (cutile's launcher takes it by value), not cloned.
     let generics = || {
@@ -210,6 +222,11 @@ fn launch<T: cutile::DType>(
                     let $l = softmax_kernels::softmax_row_loop(tiles, &xt).generics(g).compile_options(o);
                     $finish
                 }
+                Kernel::LoopGather => {
+                    let $l =
+                        softmax_kernels::softmax_row_loop_gather(tiles, &xt, x.strides[0]).generics(g).compile_options(o);
+                    $finish
+                }
             }
         }};
     }
@@ -224,7 +241,7 @@ fn launch<T: cutile::DType>(
         let grid = KernelOutputStored::<T>::grid(&(&mut yt).partition(tile.map(|t| t as usize)))
             .map_err(|e| OpError::invalid(format!("softmax launch grid: {e}")))?;
         let mut args = replay::Args::default().partition(0, &y.shape, &y.strides, &tile).tensor(1, &x.shape, &x.strides);
-        if kernel == Kernel::Gather {
+        if kernel.takes_row_stride() {
             args = args.scalar(x.strides[0]);
         }
         replay::record(key, &cutile_key, grid, args);
