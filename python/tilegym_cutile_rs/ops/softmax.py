@@ -45,6 +45,25 @@ SINGLE_TILE = {  # element size -> [(largest block_n, elements per CTA tile, occ
 # keeps too few loads in flight with four warps (256x1009 bf16: 278 -> 369 GB/s).
 FEW_ROWS_WARPS = {2: 8}
 LOOP = {4: (16384, 2, 8), 2: (8192, 4, 8)}  # element size -> (block_n, occupancy, warps)
+# 2-byte rows whose N is not a multiple of 8 take the gather kernels
+# (launch.rs, Kernel::for_view), which want one row per CTA from 2048 wide
+# (4096x2047 float16: 2305 GB/s against 1496 with SINGLE_TILE's entry) and
+# narrower loop tiles (4096x50257 float16: 1817 against 1376). Fitted to the
+# H200 sweep of 8192x255, 8192x1009, 4096x2047, 2048x4095, 1024x8191,
+# 4096x50257 and 2048x16385 (docs/benchmarks.md); occupancy stays tileiras' up
+# to 1024 wide, where 256-row grids (FEW_ROWS_WARPS) were measured so. A row
+# stride that is not a multiple of 8 with N that is takes the gather kernels too,
+# with the tables above.
+GATHER_SINGLE_TILE = {
+    2: [
+        (256, 2048, 0, 0),
+        (1024, 4096, 0, 0),
+        (2048, 2048, 0, 0),
+        (4096, 4096, 1, 8),
+        (8192, 8192, 1, 8),
+    ],
+}
+GATHER_LOOP = {2: (2048, 4, 0)}
 MAX_BLOCK_M = 64
 # Row blocks shrink until there are this many CTAs (when there are rows enough):
 # about two per SM of an H200 (132 SMs); few-row problems were fastest so.
@@ -71,7 +90,9 @@ def softmax_config(m: int, n: int, element_size: int) -> Config:
     warps 0 would leave that choice to tileiras.
     """
     block_n = _next_pow2(n)
-    for largest, elements, occupancy, warps in SINGLE_TILE[element_size]:
+    gather = element_size in GATHER_SINGLE_TILE and n % 8 != 0
+    single_tile = (GATHER_SINGLE_TILE if gather else SINGLE_TILE)[element_size]
+    for largest, elements, occupancy, warps in single_tile:
         if block_n <= largest:
             fitted = max(1, min(elements // block_n, MAX_BLOCK_M))
             enough_ctas = 1 << max(0, (m // MIN_CTAS).bit_length() - 1)  # largest power of two <= m / MIN_CTAS
@@ -79,7 +100,7 @@ def softmax_config(m: int, n: int, element_size: int) -> Config:
             if block_m < fitted:
                 warps = FEW_ROWS_WARPS.get(element_size, warps)
             return block_m, block_n, occupancy, warps
-    loop_n, occupancy, warps = LOOP[element_size]
+    loop_n, occupancy, warps = (GATHER_LOOP if gather else LOOP)[element_size]
     return 1, loop_n, occupancy, warps
 
 
