@@ -47,10 +47,12 @@ FEW_ROWS_WARPS = {2: 8}
 LOOP = {4: (16384, 2, 8), 2: (8192, 4, 8)}  # element size -> (block_n, occupancy, warps)
 # 2-byte rows whose N is not a multiple of 8 take the gather kernels
 # (launch.rs, Kernel::for_view), which want one row per CTA from 2048 wide
-# (4096x2047 float16: 2305 GB/s against 1496 with SINGLE_TILE's entry) and
-# narrower loop tiles (4096x50257 float16: 1817 against 1376). Fitted to the
-# H200 sweep of 8192x255, 8192x1009, 4096x2047, 2048x4095, 1024x8191,
-# 4096x50257 and 2048x16385 (docs/benchmarks.md); occupancy stays tileiras' up
+# (4096x2047 float16: 2305 GB/s against 1496 with SINGLE_TILE's entry), and in
+# the loop narrow tiles when rows are many (4096x50257 float16: 1817 against
+# 1376), wide ones with 8 warps when they are few, so each CTA keeps more loads
+# in flight (256x65535 bfloat16: 1426 against 978). Fitted to H200 sweeps of
+# 8192x255, 8192x1009, 4096x2047, 2048x4095, 1024x8191, 4096x50257, 2048x16385,
+# 1024x32767, 512x50257 and 256x65535 (docs/benchmarks.md); occupancy stays tileiras' up
 # to 1024 wide, where 256-row grids (FEW_ROWS_WARPS) were measured so. A row
 # stride that is not a multiple of 8 with N that is takes the gather kernels too,
 # with the tables above.
@@ -63,7 +65,9 @@ GATHER_SINGLE_TILE = {
         (8192, 8192, 1, 8),
     ],
 }
-GATHER_LOOP = {2: (2048, 4, 0)}
+# element size -> (block_n, occupancy, warps) below GATHER_LOOP_ROWS rows, and from it
+GATHER_LOOP = {2: ((8192, 2, 8), (2048, 4, 0))}
+GATHER_LOOP_ROWS = 2048
 MAX_BLOCK_M = 64
 # Row blocks shrink until there are this many CTAs (when there are rows enough):
 # about two per SM of an H200 (132 SMs); few-row problems were fastest so.
@@ -100,7 +104,10 @@ def softmax_config(m: int, n: int, element_size: int) -> Config:
             if block_m < fitted:
                 warps = FEW_ROWS_WARPS.get(element_size, warps)
             return block_m, block_n, occupancy, warps
-    loop_n, occupancy, warps = (GATHER_LOOP if gather else LOOP)[element_size]
+    if gather:
+        loop_n, occupancy, warps = GATHER_LOOP[element_size][m >= GATHER_LOOP_ROWS]
+    else:
+        loop_n, occupancy, warps = LOOP[element_size]
     return 1, loop_n, occupancy, warps
 
 
