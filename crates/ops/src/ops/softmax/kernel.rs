@@ -51,8 +51,9 @@ pub mod softmax_kernels {
         let p: Tile<f32, { [BM, BN] }> = exp2((t - row_max.broadcast(shape![BM, BN])) * log2e, ftz::Disabled);
         let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1);
         let row_sum: Tile<f32, { [BM, 1] }> = row_sum.reshape(shape![BM, 1]);
-        // One IEEE division per row and a multiply per element, not a division per
-        // element (far more instructions); within 1 ulp of p / sum.
+        // One reciprocal per row and a multiply per element, not a division per
+        // element (far more instructions). cutile's true_div lowers to an approximate
+        // flush-to-zero divide (MUFU.RCP, at most 1 ulp off); the sum is at least 1.
         let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
         let inv_sum: Tile<f32, { [BM, BN] }> = true_div(one, row_sum).broadcast(shape![BM, BN]);
         let out: Tile<E, { [BM, BN] }> = convert_tile(p * inv_sum);
