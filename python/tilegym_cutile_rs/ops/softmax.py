@@ -87,6 +87,12 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def _gathered(n: int, element_size: int) -> bool:
+    # Rows of n the gather kernels take (launch.rs, Kernel::for_view, which also
+    # sends odd row strides there); their configs are tuned and cached apart.
+    return element_size in GATHER_SINGLE_TILE and n % 8 != 0
+
+
 def softmax_config(m: int, n: int, element_size: int) -> Config:
     """(block_m, block_n, occupancy, warps) for an [m, n] softmax: the shape heuristic.
 
@@ -94,7 +100,7 @@ def softmax_config(m: int, n: int, element_size: int) -> Config:
     warps 0 would leave that choice to tileiras.
     """
     block_n = _next_pow2(n)
-    gather = element_size in GATHER_SINGLE_TILE and n % 8 != 0
+    gather = _gathered(n, element_size)
     single_tile = (GATHER_SINGLE_TILE if gather else SINGLE_TILE)[element_size]
     for largest, elements, occupancy, warps in single_tile:
         if block_n <= largest:
@@ -131,9 +137,12 @@ def softmax_candidates(m: int, n: int, element_size: int) -> list[Config]:
 
 def _shape_class(index: int, dtype: Any, m: int, n: int) -> str:
     # Row counts fall in octaves (4 rows and up); a decision for one row length
-    # class serves every n with the same next power of two.
+    # class serves every n with the same next power of two and the same kernel
+    # family (a config tuned for whole-vector rows can be 0.6x of the best on
+    # gathered ones: docs/benchmarks.md, the gather sweep).
     m_class = min(_next_pow2(m), 1 << 20)
-    return f"softmax|{_device.name(index)}|{dtype}|n<={_next_pow2(n)}|m~{m_class}"
+    family = "|gather" if _gathered(n, dtype.itemsize) else ""
+    return f"softmax|{_device.name(index)}|{dtype}|n<={_next_pow2(n)}|m~{m_class}{family}"
 
 
 def _launch(x2: Any, y2: Any, config: Config, index: int) -> None:

@@ -1,0 +1,45 @@
+"""The softmax shape heuristic and its decision keys, on any machine (no GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tilegym_cutile_rs.ops import softmax as sm
+
+# The library's own limits on a config (crates/ops/src/ops/softmax/launch.rs).
+MAX_BLOCK, MAX_OCCUPANCY, WORKER_WARPS = 1 << 16, 32, (0, 1, 2, 4, 8, 16, 32)
+SHAPES = [(1, 1), (256, 9), (8192, 255), (8192, 1009), (4096, 2047), (2048, 4095), (1024, 8191), (8192, 8192)]
+SHAPES += [(2048, 16385), (1024, 32767), (256, 65535), (4096, 50257), (4096, 50264), (100000, 262144)]
+
+
+@pytest.mark.parametrize("m, n", SHAPES)
+@pytest.mark.parametrize("element_size", [4, 2])
+def test_every_config_is_one_the_library_takes(m: int, n: int, element_size: int) -> None:
+    bm, bn, occupancy, warps = sm.softmax_config(m, n, element_size)
+    for block in (bm, bn):
+        assert 1 <= block <= MAX_BLOCK and block & (block - 1) == 0
+    assert 0 <= occupancy <= MAX_OCCUPANCY and warps in WORKER_WARPS
+    if bn >= n:  # one tile per row block: the CTA's tile stays within what the sweeps fitted
+        assert bm * bn <= sm.MAX_TILE_ELEMENTS
+
+
+def test_two_byte_rows_that_are_not_whole_vectors_take_the_gather_rows() -> None:
+    # One row per CTA from 2048 wide and loop tiles by row count (docs/benchmarks.md, the gather sweep).
+    assert sm.softmax_config(4096, 2047, 2) == (1, 2048, 0, 0)
+    assert sm.softmax_config(4096, 2048, 2) != sm.softmax_config(4096, 2047, 2)
+    assert sm.softmax_config(4096, 2047, 4) == sm.softmax_config(4096, 2048, 4)  # float32 has no gather kernel
+    few, many = sm.GATHER_LOOP[2]
+    assert sm.softmax_config(sm.GATHER_LOOP_ROWS - 1, 50257, 2) == (1, *few)
+    assert sm.softmax_config(sm.GATHER_LOOP_ROWS, 50257, 2) == (1, *many)
+    assert sm.softmax_config(4096, 50264, 2) == (1, *sm.LOOP[2])
+
+
+def test_gathered_rows_keep_their_own_tuned_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sm._device, "name", lambda index: f"GPU{index}")
+    key = sm._shape_class
+    # Same length class, other kernel family: a decision must not cross over.
+    assert key(0, torch.bfloat16, 4096, 50257) != key(0, torch.bfloat16, 4096, 50264)
+    assert key(0, torch.bfloat16, 4096, 50257) == key(0, torch.bfloat16, 4096, 50001)
+    assert key(0, torch.float32, 4096, 50257) == key(0, torch.float32, 4096, 50264)
+    assert key(0, torch.float16, 4096, 50257) != key(1, torch.float16, 4096, 50257)
