@@ -51,15 +51,20 @@ pub mod softmax_kernels {
         let p: Tile<f32, { [BM, BN] }> = exp2((t - row_max.broadcast(shape![BM, BN])) * log2e, ftz::Disabled);
         let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1);
         let row_sum: Tile<f32, { [BM, 1] }> = row_sum.reshape(shape![BM, 1]);
-        // One reciprocal per row and a multiply per element, not a division per
-        // element (far more instructions). cutile's true_div lowers to an approximate
-        // flush-to-zero divide (MUFU.RCP, at most 1 ulp off); the sum is at least 1.
-        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
-        let inv_sum: Tile<f32, { [BM, BN] }> = true_div(one, row_sum).broadcast(shape![BM, BN]);
+        let inv_sum: Tile<f32, { [BM, BN] }> = reciprocal::<BM, BN>(row_sum);
         let out: Tile<E, { [BM, BN] }> = convert_tile(p * inv_sum);
         let mut yp = y.partition_mut(shape![BM, BN]);
         // SAFETY: y is this CTA's [BM, BN] tile, so [0, 0] is its only partition index.
         unsafe { store_view_tko_mut(&mut yp, out, [0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+    }
+
+    /// 1 / sum per row, broadcast across the tile: one reciprocal per row and a
+    /// multiply per element, not a division per element (far more instructions).
+    /// cutile's true_div lowers to an approximate flush-to-zero divide (MUFU.RCP,
+    /// at most 1 ulp off); a softmax sum is at least 1.
+    fn reciprocal<const BM: i32, const BN: i32>(sum: Tile<f32, { [BM, 1] }>) -> Tile<f32, { [BM, BN] }> {
+        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
+        true_div(one, sum).broadcast(shape![BM, BN])
     }
 
     /// `softmax_row_tile` for 2-byte rows that are not 16-byte multiples (N or
@@ -147,9 +152,7 @@ pub mod softmax_kernels {
         let xp: Partition<E, { [BM, BN] }> = unsafe {
             make_partition_view(x, shape![BM, BN], padding::NegInf, dim_map::Identity, x.token())
         };
-        // A finite start keeps exp2(m_old - m_new) finite when a whole tile is -inf.
-        let mut m: Tile<f32, { [BM, 1] }> = constant(-3.4028234663852886e38f32, shape![BM, 1]);
-        let mut l: Tile<f32, { [BM, 1] }> = constant(0.0f32, shape![BM, 1]);
+        let (mut m, mut l): (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) = online_start::<BM>();
         for j in 0i32..num_tiles(&xp, 1) {
             let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, j]);
             let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
@@ -157,8 +160,7 @@ pub mod softmax_kernels {
             m = m_new;
             l = l_new;
         }
-        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
-        let inv_l: Tile<f32, { [BM, BN] }> = true_div(one, l).broadcast(shape![BM, BN]);
+        let inv_l: Tile<f32, { [BM, BN] }> = reciprocal::<BM, BN>(l);
         let m_b: Tile<f32, { [BM, BN] }> = m.broadcast(shape![BM, BN]);
         let mut yp = y.partition_mut(shape![BM, BN]);
         let last: i32 = num_tiles(&yp, 1) - 1i32;
@@ -186,16 +188,14 @@ pub mod softmax_kernels {
         let row_off: Tile<i64, { [BM, 1] }> = gather_row_offsets::<E, BM>(x, x_row_stride, pid.0 * BM);
         let mut yp = y.partition_mut(shape![BM, BN]);
         let tiles: i32 = num_tiles(&yp, 1);
-        let mut m: Tile<f32, { [BM, 1] }> = constant(-3.4028234663852886e38f32, shape![BM, 1]);
-        let mut l: Tile<f32, { [BM, 1] }> = constant(0.0f32, shape![BM, 1]);
+        let (mut m, mut l): (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) = online_start::<BM>();
         for j in 0i32..tiles {
             let t: Tile<f32, { [BM, BN] }> = gather_tile::<E, BM, BN>(x, row_off, j * BN);
             let (m_new, l_new): (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) = online_step(m, l, t);
             m = m_new;
             l = l_new;
         }
-        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
-        let inv_l: Tile<f32, { [BM, BN] }> = true_div(one, l).broadcast(shape![BM, BN]);
+        let inv_l: Tile<f32, { [BM, BN] }> = reciprocal::<BM, BN>(l);
         let m_b: Tile<f32, { [BM, BN] }> = m.broadcast(shape![BM, BN]);
         let last: i32 = tiles - 1i32;
         for j in 0i32..tiles {
@@ -205,6 +205,14 @@ pub mod softmax_kernels {
             // SAFETY: k = last - j with j in 0..tiles, so 0 <= k <= last.
             unsafe { store_view_tko_mut(&mut yp, out, [0i32, k], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
         }
+    }
+
+    /// The online softmax's running row max and sum before the first tile. A
+    /// finite max keeps exp2(m_old - m_new) finite when a whole tile is -inf.
+    fn online_start<const BM: i32>() -> (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) {
+        let m: Tile<f32, { [BM, 1] }> = constant(-3.4028234663852886e38f32, shape![BM, 1]);
+        let l: Tile<f32, { [BM, 1] }> = constant(0.0f32, shape![BM, 1]);
+        (m, l)
     }
 
     /// One tile's step of the online softmax: the running row max `m` and the
