@@ -254,12 +254,6 @@ def test_warps_the_toolchain_refuses_are_an_error_not_a_crash() -> None:
     check(x)  # the failed variant leaves nothing behind
 
 
-def test_heuristic_is_power_of_two() -> None:
-    for m, n, es in [(1, 1, 4), (256, 9, 4), (8192, 1024, 2), (2048, 32768, 4), (8192, 255, 2), (4096, 50257, 2), (256, 65535, 2)]:
-        bm, bn, occupancy, warps = softmax_config(m, n, es)
-        assert bm & (bm - 1) == 0 and bn & (bn - 1) == 0 and occupancy >= 0 and warps in (0, 4, 8)
-
-
 @pytest.mark.parametrize(
     "make, exc",
     [
