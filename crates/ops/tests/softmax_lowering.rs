@@ -64,6 +64,15 @@ fn loop_lowers_for_every_dtype() {
 }
 
 #[test]
+fn exact_width_kernels_lower_for_every_dtype() {
+    for dtype in ["f32", "f16", "bf16"] {
+        lower("softmax_row_tile_exact", dtype, &[1, 4096]);
+        let ir = lower("softmax_row_loop_exact", dtype, &[1, 1024, 4096]);
+        assert!(ir.contains("for"), "expected a loop over column tiles:\n{ir}");
+    }
+}
+
+#[test]
 fn gather_lowers_for_2_byte_dtypes() {
     for dtype in ["f16", "bf16"] {
         let ir = lower("softmax_row_gather", dtype, &[2, 1024]);

@@ -133,6 +133,10 @@ enum Kernel {
     Gather = 2,
     /// Rows longer than one tile, 2-byte rows that are not whole 16-byte vectors.
     LoopGather = 3,
+    /// `Tile` for rows of exactly `block_n` elements: no column bounds checks.
+    TileExact = 4,
+    /// `Loop` for rows of whole `block_n` tiles: no column bounds checks.
+    LoopExact = 5,
 }
 
 impl Kernel {
@@ -140,11 +144,15 @@ impl Kernel {
         let (m, n) = (x.shape[0], x.shape[1]);
         let two_byte = matches!(x.dtype, DType::F16 | DType::BF16);
         let gather = two_byte && (n % 8 != 0 || (m > 1 && x.strides[0] % 8 != 0));
-        match (n > block_n, gather) {
-            (true, false) => Self::Loop,
-            (true, true) => Self::LoopGather,
-            (false, false) => Self::Tile,
-            (false, true) => Self::Gather,
+        // Whole tiles only: the exact kernels type x's row length as a constant.
+        let exact = n % block_n == 0;
+        match (n > block_n, gather, exact) {
+            (true, true, _) => Self::LoopGather,
+            (true, false, true) => Self::LoopExact,
+            (true, false, false) => Self::Loop,
+            (false, true, _) => Self::Gather,
+            (false, false, true) => Self::TileExact,
+            (false, false, false) => Self::Tile,
         }
     }
 
@@ -154,12 +162,14 @@ impl Kernel {
             Self::Tile => "softmax_row_tile",
             Self::Gather => "softmax_row_gather",
             Self::LoopGather => "softmax_row_loop_gather",
+            Self::TileExact => "softmax_row_tile_exact",
+            Self::LoopExact => "softmax_row_loop_exact",
         }
     }
 
     /// Whether one tile holds the whole row (else y is cut into `[block_m, n_pad]` slabs).
     fn single_tile(self) -> bool {
-        matches!(self, Self::Tile | Self::Gather)
+        matches!(self, Self::Tile | Self::Gather | Self::TileExact)
     }
 
     /// Whether the kernel takes x's row stride as a scalar argument after x.
@@ -222,6 +232,14 @@ fn launch<T: cutile::DType>(
                     let $l = softmax_kernels::softmax_row_loop(tiles, &xt).generics(g).compile_options(o);
                     $finish
                 }
+                Kernel::TileExact => {
+                    let $l = softmax_kernels::softmax_row_tile_exact(tiles, &xt).generics(g).compile_options(o);
+                    $finish
+                }
+                Kernel::LoopExact => {
+                    let $l = softmax_kernels::softmax_row_loop_exact(tiles, &xt).generics(g).compile_options(o);
+                    $finish
+                }
                 Kernel::LoopGather => {
                     let $l =
                         softmax_kernels::softmax_row_loop_gather(tiles, &xt, x.strides[0]).generics(g).compile_options(o);
@@ -247,4 +265,30 @@ fn launch<T: cutile::DType>(
         replay::record(key, &cutile_key, grid, args);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(dtype: DType, m: i32, n: i32, row_stride: i32) -> CheckedTensor {
+        CheckedTensor { ptr: 0x1000, dtype, shape: vec![m, n], strides: vec![row_stride, 1] }
+    }
+
+    #[test]
+    fn whole_tile_rows_take_the_exact_kernels() {
+        let pick = |dtype, m, n, stride, block_n| Kernel::for_view(&view(dtype, m, n, stride), block_n);
+        assert_eq!(pick(DType::F32, 8, 4096, 4096, 4096), Kernel::TileExact);
+        assert_eq!(pick(DType::F32, 8, 4095, 4095, 4096), Kernel::Tile);
+        assert_eq!(pick(DType::F32, 8, 1, 1, 1), Kernel::TileExact);
+        assert_eq!(pick(DType::F32, 8, 65536, 65536, 16384), Kernel::LoopExact);
+        assert_eq!(pick(DType::F32, 8, 65535, 65535, 16384), Kernel::Loop);
+        // A strided view of whole tiles: exact, whatever its row stride.
+        assert_eq!(pick(DType::BF16, 8, 1024, 3000, 1024), Kernel::TileExact);
+        // 2-byte rows that are not whole vectors stay with the gathers.
+        assert_eq!(pick(DType::BF16, 8, 1024, 1025, 1024), Kernel::Gather);
+        assert_eq!(pick(DType::F16, 8, 4, 4, 4), Kernel::Gather);
+        assert_eq!(pick(DType::BF16, 8, 16384, 16385, 8192), Kernel::LoopGather);
+        assert_eq!(pick(DType::BF16, 8, 16384, 16384, 8192), Kernel::LoopExact);
+    }
 }
