@@ -69,6 +69,10 @@ def test_non_contiguous_inputs() -> None:
     base = torch.randn(64, 2048, device="cuda", dtype=torch.float16)
     check(base[:, 100:1300])  # strided rows, kernel reads in place
     check(base[::3])  # every third row
+    check(base[:, 8:1032])  # power-of-two rows (the exact kernels) at a strided, offset start
+    wide = torch.randn(3, 65544, device="cuda", dtype=torch.bfloat16)
+    check(wide[:, 8:32776])  # whole loop tiles of strided rows
+    check(torch.randn(3, 70000, device="cuda")[:, :65536])
     check(base.t())  # transposed: copied to a contiguous layout first
     check(base.t(), dim=0)
 
@@ -176,6 +180,18 @@ def test_extreme_values() -> None:
     x[2] *= 1e4
     y = check(x[:3])
     assert y[0, 7] == 1.0
+
+
+def test_probabilities_below_the_float32_normals_are_within_tiny() -> None:
+    # exp2 flushes subnormal results to zero (kernel.rs): e^-88 and e^-100 come out 0
+    # or subnormal, never more than float32's smallest normal away; e^-80 stays normal.
+    row = [0.0, -80.0, -88.0, -100.0, -1e4, -5.0, -20.0, -87.0]
+    for n in (5, 8):  # the bounds-checked kernel and the exact one
+        x = torch.tensor([row[:n]] * 3, device="cuda")
+        y = tilegym_cutile_rs.softmax(x)
+        ref = torch.softmax(x.double(), -1).float()
+        torch.testing.assert_close(y, ref, rtol=1e-5, atol=torch.finfo(torch.float32).tiny)
+        assert bool((y[:, 1] > 0).all())
 
 
 def test_empty_and_scalar() -> None:

@@ -37,6 +37,22 @@ def test_two_byte_rows_that_are_not_whole_vectors_take_the_gather_rows() -> None
     assert sm.softmax_config(4096, 50264, 2) == (1, *sm.LOOP[2])
 
 
+def test_power_of_two_rows_take_the_exact_rows() -> None:
+    # One row per CTA with 8 warps from 4096 wide, one tile up to 16384 (docs/benchmarks.md, the exact sweep).
+    assert sm.softmax_config(8192, 4096, 2) == (1, 4096, 2, 8)
+    assert sm.softmax_config(8192, 4095, 2) != sm.softmax_config(8192, 4096, 2)
+    assert sm.softmax_config(4096, 16384, 2) == (1, 16384, 0, 8)
+    assert sm.softmax_config(4096, 16376, 2) == (1, *sm.LOOP[2])  # not a power of two: the checked loop
+    assert sm.softmax_config(2048, 32768, 2) == (1, *sm.EXACT_LOOP[2])
+    # Few rows cut the row block only down to EXACT_MIN_TILE_ELEMENTS, with the table's warps.
+    assert sm.softmax_config(256, 256, 2) == (4, 256, 0, 0)
+    assert sm.softmax_config(256, 255, 2)[0] == 1
+    assert sm.softmax_config(256, 2048, 2) == (1, 2048, 4, 0)
+    # float32 keeps one table for both kernels.
+    for m, n in [(8192, 1024), (8192, 4096), (2048, 32768), (256, 65536)]:
+        assert sm.softmax_config(m, n, 4) == sm.softmax_config(m, n - 1, 4)
+
+
 def test_gathered_rows_keep_their_own_tuned_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sm._device, "name", lambda index: f"GPU{index}")
     key = sm._shape_class
@@ -44,4 +60,7 @@ def test_gathered_rows_keep_their_own_tuned_decisions(monkeypatch: pytest.Monkey
     assert key(0, torch.bfloat16, 4096, 50257) != key(0, torch.bfloat16, 4096, 50264)
     assert key(0, torch.bfloat16, 4096, 50257) == key(0, torch.bfloat16, 4096, 50001)
     assert key(0, torch.float32, 4096, 50257) == key(0, torch.float32, 4096, 50264)
+    # Power-of-two rows run the exact kernels: their decisions are their own too.
+    assert key(0, torch.float32, 4096, 4096) != key(0, torch.float32, 4096, 4095)
+    assert key(0, torch.float32, 4096, 4095) == key(0, torch.float32, 4096, 3000)
     assert key(0, torch.float16, 4096, 50257) != key(1, torch.float16, 4096, 50257)

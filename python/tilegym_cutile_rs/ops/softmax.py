@@ -68,6 +68,29 @@ GATHER_SINGLE_TILE = {
 # element size -> (block_n, occupancy, warps) below GATHER_LOOP_ROWS rows, and from it
 GATHER_LOOP = {2: ((8192, 2, 8), (2048, 4, 0))}
 GATHER_LOOP_ROWS = 2048
+# Rows of exactly a power of two take the exact-width kernels (launch.rs,
+# Kernel::for_view: no column bounds checks, so each thread's loads go out back
+# to back), which let 2-byte rows keep one row per CTA with 8 warps from 4096
+# wide and one tile up to 16384 (H200 sweep of the exact kernels: 8192x4096
+# bfloat16 3870 GB/s against 3693 with SINGLE_TILE's entry, 4096x16384 4009
+# against 3307 for the loop; docs/benchmarks.md). float32 measured within
+# noise of SINGLE_TILE and LOOP, which it keeps.
+EXACT_SINGLE_TILE = {
+    4: SINGLE_TILE[4],
+    2: [
+        (256, 1024, 0, 0),
+        (512, 1024, 4, 0),
+        (1024, 2048, 0, 0),
+        (2048, 8192, 4, 0),
+        (4096, 4096, 2, 8),
+        (8192, 8192, 2, 0),
+        (16384, 16384, 0, 8),
+    ],
+}
+EXACT_LOOP = {4: LOOP[4], 2: (16384, 2, 8)}
+# Exact rows' row blocks shrink for MIN_CTAS only down to this many elements per
+# CTA: 256x256 bfloat16 ran at 144 GB/s in 4-row blocks and 124 in 1-row ones.
+EXACT_MIN_TILE_ELEMENTS = 1024
 MAX_BLOCK_M = 64
 # Row blocks shrink until there are this many CTAs (when there are rows enough):
 # about two per SM of an H200 (132 SMs); few-row problems were fastest so.
@@ -93,6 +116,12 @@ def _gathered(n: int, element_size: int) -> bool:
     return element_size in GATHER_SINGLE_TILE and n % 8 != 0
 
 
+def _exact(n: int, element_size: int) -> bool:
+    # Rows the heuristic sends to the exact-width kernels: a power of two (one
+    # whole tile, or whole loop tiles), not a gathered row.
+    return n == _next_pow2(n) and not _gathered(n, element_size)
+
+
 def softmax_config(m: int, n: int, element_size: int) -> Config:
     """(block_m, block_n, occupancy, warps) for an [m, n] softmax: the shape heuristic.
 
@@ -100,20 +129,23 @@ def softmax_config(m: int, n: int, element_size: int) -> Config:
     warps 0 would leave that choice to tileiras.
     """
     block_n = _next_pow2(n)
-    gather = _gathered(n, element_size)
-    single_tile = (GATHER_SINGLE_TILE if gather else SINGLE_TILE)[element_size]
+    gather, exact = _gathered(n, element_size), _exact(n, element_size)
+    single_tile = (GATHER_SINGLE_TILE if gather else EXACT_SINGLE_TILE if exact else SINGLE_TILE)[element_size]
     for largest, elements, occupancy, warps in single_tile:
         if block_n <= largest:
             fitted = max(1, min(elements // block_n, MAX_BLOCK_M))
             enough_ctas = 1 << max(0, (m // MIN_CTAS).bit_length() - 1)  # largest power of two <= m / MIN_CTAS
-            block_m = min(fitted, enough_ctas)
-            if block_m < fitted:
-                warps = FEW_ROWS_WARPS.get(element_size, warps)
+            if exact:
+                block_m = min(fitted, max(enough_ctas, EXACT_MIN_TILE_ELEMENTS // block_n, 1))
+            else:
+                block_m = min(fitted, enough_ctas)
+                if block_m < fitted:
+                    warps = FEW_ROWS_WARPS.get(element_size, warps)
             return block_m, block_n, occupancy, warps
     if gather:
         loop_n, occupancy, warps = GATHER_LOOP[element_size][m >= GATHER_LOOP_ROWS]
     else:
-        loop_n, occupancy, warps = LOOP[element_size]
+        loop_n, occupancy, warps = (EXACT_LOOP if exact else LOOP)[element_size]
     return 1, loop_n, occupancy, warps
 
 
@@ -138,10 +170,11 @@ def softmax_candidates(m: int, n: int, element_size: int) -> list[Config]:
 def _shape_class(index: int, dtype: Any, m: int, n: int) -> str:
     # Row counts fall in octaves (4 rows and up); a decision for one row length
     # class serves every n with the same next power of two and the same kernel
-    # family (a config tuned for whole-vector rows can be 0.6x of the best on
-    # gathered ones: docs/benchmarks.md, the gather sweep).
+    # family: gathered rows, power-of-two rows (the exact kernels), the rest (a
+    # config tuned for whole-vector rows can be 0.6x of the best on gathered
+    # ones: docs/benchmarks.md, the gather sweep).
     m_class = min(_next_pow2(m), 1 << 20)
-    family = "|gather" if _gathered(n, dtype.itemsize) else ""
+    family = "|gather" if _gathered(n, dtype.itemsize) else "|exact" if _exact(n, dtype.itemsize) else ""
     return f"softmax|{_device.name(index)}|{dtype}|n<={_next_pow2(n)}|m~{m_class}{family}"
 
 
