@@ -77,15 +77,8 @@ GATHER_LOOP_ROWS = 2048
 # noise of SINGLE_TILE and LOOP, which it keeps.
 EXACT_SINGLE_TILE = {
     4: SINGLE_TILE[4],
-    2: [
-        (256, 1024, 0, 0),
-        (512, 1024, 4, 0),
-        (1024, 2048, 0, 0),
-        (2048, 8192, 4, 0),
-        (4096, 4096, 2, 8),
-        (8192, 8192, 2, 0),
-        (16384, 16384, 0, 8),
-    ],
+    # SINGLE_TILE's rows up to 2048 wide, refitted rows from 4096.
+    2: [row for row in SINGLE_TILE[2] if row[0] <= 2048] + [(4096, 4096, 2, 8), (8192, 8192, 2, 0), (16384, 16384, 0, 8)],
 }
 EXACT_LOOP = {4: LOOP[4], 2: (16384, 2, 8)}
 # Exact rows' row blocks shrink for MIN_CTAS only down to this many elements per
@@ -136,7 +129,7 @@ def softmax_config(m: int, n: int, element_size: int) -> Config:
             fitted = max(1, min(elements // block_n, MAX_BLOCK_M))
             enough_ctas = 1 << max(0, (m // MIN_CTAS).bit_length() - 1)  # largest power of two <= m / MIN_CTAS
             if exact:
-                block_m = min(fitted, max(enough_ctas, EXACT_MIN_TILE_ELEMENTS // block_n, 1))
+                block_m = min(fitted, max(enough_ctas, EXACT_MIN_TILE_ELEMENTS // block_n))
             else:
                 block_m = min(fitted, enough_ctas)
                 if block_m < fitted:
