@@ -140,10 +140,30 @@ pub mod softmax_kernels {
         row_off: Tile<i64, { [BM, 1] }>,
         col0: i32,
     ) -> Tile<f32, { [BM, BN] }> {
+        let raw: Tile<E, { [BM, BN] }> = gather_raw::<E, BM, BN>(x, row_off, col0);
+        masked_f32::<E, BM, BN>(x, raw, col0)
+    }
+
+    /// The lanes of columns `col0..col0 + BN` that are inside x's rows.
+    fn columns_in_row<E: ElementType, const BM: i32, const BN: i32>(
+        x: &Tensor<E, { [-1, -1] }>,
+        col0: i32,
+    ) -> Tile<bool, { [BM, BN] }> {
         let n: i32 = get_shape_dim(x.shape(), 1i32);
         let cols: Tile<i32, { [BN] }> = broadcast_scalar(col0, shape![BN]) + iota(shape![BN]);
         let col_ok: Tile<bool, { [1, BN] }> = lt_tile(cols, broadcast_scalar(n, shape![BN])).reshape(shape![1, BN]);
-        let col_ok: Tile<bool, { [BM, BN] }> = col_ok.broadcast(shape![BM, BN]);
+        col_ok.broadcast(shape![BM, BN])
+    }
+
+    /// The masked gather of `gather_tile` in the storage type; lanes past the
+    /// row's end are unspecified until `masked_f32` sets them to -inf.
+    fn gather_raw<E: ElementType, const BM: i32, const BN: i32>(
+        x: &Tensor<E, { [-1, -1] }>,
+        row_off: Tile<i64, { [BM, 1] }>,
+        col0: i32,
+    ) -> Tile<E, { [BM, BN] }> {
+        let col_ok: Tile<bool, { [BM, BN] }> = columns_in_row::<E, BM, BN>(x, col0);
+        let cols: Tile<i32, { [BN] }> = broadcast_scalar(col0, shape![BN]) + iota(shape![BN]);
         let cols: Tile<i64, { [BN] }> = exti(cols);
         let cols: Tile<i64, { [1, BN] }> = cols.reshape(shape![1, BN]);
         let offsets: Tile<i64, { [BM, BN] }> = row_off.broadcast(shape![BM, BN]) + cols.broadcast(shape![BM, BN]);
@@ -158,6 +178,16 @@ pub mod softmax_kernels {
         let (raw, _token): (Tile<E, { [BM, BN] }>, Token) = unsafe {
             load_ptr_tko(ptrs, ordering::Weak, None::<scope::TileBlock>, Some(col_ok), None, None, Latency::<0>)
         };
+        raw
+    }
+
+    /// A `gather_raw` tile of columns from `col0` as float32, lanes past the row's end -inf.
+    fn masked_f32<E: ElementType, const BM: i32, const BN: i32>(
+        x: &Tensor<E, { [-1, -1] }>,
+        raw: Tile<E, { [BM, BN] }>,
+        col0: i32,
+    ) -> Tile<f32, { [BM, BN] }> {
+        let col_ok: Tile<bool, { [BM, BN] }> = columns_in_row::<E, BM, BN>(x, col0);
         let neg_inf: Tile<f32, { [BM, BN] }> = constant(f32::NEG_INFINITY, shape![BM, BN]);
         let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
         select(col_ok, t, neg_inf)
@@ -194,31 +224,47 @@ pub mod softmax_kernels {
     }
 
     /// The partition-view loop kernels' body: this CTA's BM rows of `xp` into y.
+    /// Both passes are software-pipelined by hand: the next tile's load is
+    /// issued before the current tile is reduced or stored, so a thread's loads
+    /// are in flight while it computes (tileiras keeps loads after an earlier
+    /// store to y, which it cannot prove does not alias x). The first pass ends
+    /// holding the row's last tile, where the second pass, walking backwards,
+    /// starts: one tile per row is read once instead of twice.
     fn loop_row_softmax<E: ElementType, const BM: i32, const BN: i32, const NPAD: i32>(
         y: &mut Tensor<E, { [BM, NPAD] }>,
         xp: &Partition<E, { [BM, BN] }>,
     ) {
         let pid: (i32, i32, i32) = get_tile_block_id();
+        let tiles: i32 = num_tiles(xp, 1);
         let (mut m, mut l): (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) = online_start::<BM>();
-        for j in 0i32..num_tiles(xp, 1) {
-            let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, j]);
-            let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
+        let mut cur: Tile<E, { [BM, BN] }> = xp.load([pid.0, 0i32]);
+        for j in 1i32..tiles {
+            let next: Tile<E, { [BM, BN] }> = xp.load([pid.0, j]);
+            let t: Tile<f32, { [BM, BN] }> = convert_tile(cur);
             let (m_new, l_new): (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) = online_step(m, l, t);
             m = m_new;
             l = l_new;
+            cur = next;
         }
+        let t: Tile<f32, { [BM, BN] }> = convert_tile(cur);
+        let (m, l): (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) = online_step(m, l, t);
         let inv_l: Tile<f32, { [BM, BN] }> = reciprocal::<BM, BN>(l);
         let m_b: Tile<f32, { [BM, BN] }> = m.broadcast(shape![BM, BN]);
         let mut yp = y.partition_mut(shape![BM, BN]);
-        let last: i32 = num_tiles(&yp, 1) - 1i32;
-        for j in 0i32..num_tiles(&yp, 1) {
+        let last: i32 = tiles - 1i32;
+        for j in 1i32..tiles {
             let k: i32 = last - j;
-            let raw: Tile<E, { [BM, BN] }> = xp.load([pid.0, k]);
-            let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
+            let next: Tile<E, { [BM, BN] }> = xp.load([pid.0, k]);
+            let t: Tile<f32, { [BM, BN] }> = convert_tile(cur);
             let out: Tile<E, { [BM, BN] }> = normalized(t, m_b, inv_l);
-            // SAFETY: k = last - j with j in 0..num_tiles, so 0 <= k <= last.
-            unsafe { store_view_tko_mut(&mut yp, out, [0i32, k], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+            // SAFETY: k + 1 = last - j + 1 with j in 1..tiles, so 1 <= k + 1 <= last.
+            unsafe { store_view_tko_mut(&mut yp, out, [0i32, k + 1i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+            cur = next;
         }
+        let t: Tile<f32, { [BM, BN] }> = convert_tile(cur);
+        let out: Tile<E, { [BM, BN] }> = normalized(t, m_b, inv_l);
+        // SAFETY: tile 0 is in every row block.
+        unsafe { store_view_tko_mut(&mut yp, out, [0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
     }
 
     /// `softmax_row_loop` for 2-byte rows that are not 16-byte multiples, its
@@ -235,23 +281,36 @@ pub mod softmax_kernels {
         let row_off: Tile<i64, { [BM, 1] }> = gather_row_offsets::<E, BM>(x, x_row_stride, pid.0 * BM);
         let mut yp = y.partition_mut(shape![BM, BN]);
         let tiles: i32 = num_tiles(&yp, 1);
+        // Pipelined as in `loop_row_softmax`: each tile's gather is issued
+        // before the tile before it is reduced or stored.
         let (mut m, mut l): (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) = online_start::<BM>();
-        for j in 0i32..tiles {
-            let t: Tile<f32, { [BM, BN] }> = gather_tile::<E, BM, BN>(x, row_off, j * BN);
+        let mut cur: Tile<E, { [BM, BN] }> = gather_raw::<E, BM, BN>(x, row_off, 0i32);
+        for j in 1i32..tiles {
+            let next: Tile<E, { [BM, BN] }> = gather_raw::<E, BM, BN>(x, row_off, j * BN);
+            let t: Tile<f32, { [BM, BN] }> = masked_f32::<E, BM, BN>(x, cur, (j - 1i32) * BN);
             let (m_new, l_new): (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) = online_step(m, l, t);
             m = m_new;
             l = l_new;
+            cur = next;
         }
+        let last: i32 = tiles - 1i32;
+        let t: Tile<f32, { [BM, BN] }> = masked_f32::<E, BM, BN>(x, cur, last * BN);
+        let (m, l): (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) = online_step(m, l, t);
         let inv_l: Tile<f32, { [BM, BN] }> = reciprocal::<BM, BN>(l);
         let m_b: Tile<f32, { [BM, BN] }> = m.broadcast(shape![BM, BN]);
-        let last: i32 = tiles - 1i32;
-        for j in 0i32..tiles {
+        for j in 1i32..tiles {
             let k: i32 = last - j;
-            let t: Tile<f32, { [BM, BN] }> = gather_tile::<E, BM, BN>(x, row_off, k * BN);
+            let next: Tile<E, { [BM, BN] }> = gather_raw::<E, BM, BN>(x, row_off, k * BN);
+            let t: Tile<f32, { [BM, BN] }> = masked_f32::<E, BM, BN>(x, cur, (k + 1i32) * BN);
             let out: Tile<E, { [BM, BN] }> = normalized(t, m_b, inv_l);
-            // SAFETY: k = last - j with j in 0..tiles, so 0 <= k <= last.
-            unsafe { store_view_tko_mut(&mut yp, out, [0i32, k], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+            // SAFETY: k + 1 = last - j + 1 with j in 1..tiles, so 1 <= k + 1 <= last.
+            unsafe { store_view_tko_mut(&mut yp, out, [0i32, k + 1i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+            cur = next;
         }
+        let t: Tile<f32, { [BM, BN] }> = masked_f32::<E, BM, BN>(x, cur, 0i32);
+        let out: Tile<E, { [BM, BN] }> = normalized(t, m_b, inv_l);
+        // SAFETY: tile 0 is in every row block.
+        unsafe { store_view_tko_mut(&mut yp, out, [0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
     }
 
     /// The online softmax's running row max and sum before the first tile. A
