@@ -43,13 +43,17 @@ def test_power_of_two_rows_take_the_exact_rows() -> None:
     assert sm.softmax_config(8192, 4095, 2) != sm.softmax_config(8192, 4096, 2)
     assert sm.softmax_config(4096, 16384, 2) == (1, 16384, 0, 8)
     assert sm.softmax_config(4096, 16376, 2) == (1, *sm.LOOP[2])  # not a power of two: the checked loop
-    assert sm.softmax_config(2048, 32768, 2) == (1, *sm.EXACT_LOOP[2])
+    # Exact loops keep at least four tiles (two would unroll into one register-held row).
+    assert sm.softmax_config(2048, 32768, 2) == (1, 8192, 4, 0)
+    assert sm.softmax_config(2048, 65536, 2) == (1, 16384, 2, 8)
+    assert sm.softmax_config(128, 262144, 4) == (1, 16384, 1, 8)
+    assert sm.softmax_config(2048, 40000, 4) == (1, *sm.LOOP[4])  # not a power of two: the checked loop
     # Few rows cut the row block only down to EXACT_MIN_TILE_ELEMENTS, with the table's warps.
     assert sm.softmax_config(256, 256, 2) == (4, 256, 0, 0)
     assert sm.softmax_config(256, 255, 2)[0] == 1
     assert sm.softmax_config(256, 2048, 2) == (1, 2048, 4, 0)
-    # float32 keeps one table for both kernels.
-    for m, n in [(8192, 1024), (8192, 4096), (2048, 32768), (256, 65536)]:
+    # float32 keeps one single-tile table for both kernels.
+    for m, n in [(8192, 1024), (8192, 4096), (2048, 32768)]:
         assert sm.softmax_config(m, n, 4) == sm.softmax_config(m, n - 1, 4)
 
 

@@ -20,7 +20,10 @@ SUPPORTED = ("float32", "float16", "bfloat16")
 # max/sum, then normalise).
 # Eight warps (not tileiras' four) pay for wide tiles; with them one float32 tile
 # holds a 32768-element row. Fitted to sweeps of the direct-store kernels
-# (kernel.rs); the float32 LOOP entry (rows over 32768) predates them.
+# (kernel.rs). The LOOP entries are fitted to sweeps of the software-pipelined
+# loop kernels (each tile's load issued before the tile before is reduced or
+# stored; docs/benchmarks.md): float32 loops over 8192-wide tiles now, as its
+# 16384-wide ones spill with two tiles in flight.
 SINGLE_TILE = {  # element size -> [(largest block_n, elements per CTA tile, occupancy, warps)]
     4: [
         (256, 1024, 1, 0),
@@ -44,13 +47,14 @@ SINGLE_TILE = {  # element size -> [(largest block_n, elements per CTA tile, occ
 # blocks (block_m cut to keep MIN_CTAS CTAs): a grid of one-row 2-byte tiles
 # keeps too few loads in flight with four warps (256x1009 bf16: 278 -> 369 GB/s).
 FEW_ROWS_WARPS = {2: 8}
-LOOP = {4: (16384, 2, 8), 2: (8192, 4, 8)}  # element size -> (block_n, occupancy, warps)
+LOOP = {4: (8192, 2, 8), 2: (8192, 4, 0)}  # element size -> (block_n, occupancy, warps)
 # 2-byte rows whose N is not a multiple of 8 take the gather kernels
 # (launch.rs, Kernel::for_view), which want one row per CTA from 2048 wide
 # (4096x2047 float16: 2305 GB/s against 1496 with SINGLE_TILE's entry), and in
-# the loop narrow tiles when rows are many (4096x50257 float16: 1817 against
-# 1376), wide ones with 8 warps when they are few, so each CTA keeps more loads
-# in flight (256x65535 bfloat16: 1426 against 978). Fitted to H200 sweeps of
+# the loop narrower tiles when rows are many (pipelined loop, 4096x50257 bfloat16:
+# 4096-wide 2159 GB/s against 1948 for 2048-wide and 1926 for 8192-wide), wide ones
+# with 8 warps when they are few, so each CTA keeps more loads in flight
+# (256x65535 bfloat16: 1728 against 1447 for 4096-wide). Fitted to H200 sweeps of
 # 8192x255, 8192x1009, 4096x2047, 2048x4095, 1024x8191, 4096x50257, 2048x16385,
 # 1024x32767, 512x50257 and 256x65535 (docs/benchmarks.md); occupancy stays tileiras' up
 # to 1024 wide, where 256-row grids (FEW_ROWS_WARPS) were measured so. A row
@@ -66,21 +70,29 @@ GATHER_SINGLE_TILE = {
     ],
 }
 # element size -> (block_n, occupancy, warps) below GATHER_LOOP_ROWS rows, and from it
-GATHER_LOOP = {2: ((8192, 2, 8), (2048, 4, 0))}
+GATHER_LOOP = {2: ((8192, 2, 8), (4096, 4, 8))}
 GATHER_LOOP_ROWS = 2048
+MAX_N = (1 << 31) - 1  # the kernels' index type (int32) bounds a row
 # Rows of exactly a power of two take the exact-width kernels (launch.rs,
 # Kernel::for_view: no column bounds checks, so each thread's loads go out back
 # to back), which let 2-byte rows keep one row per CTA with 8 warps from 4096
 # wide and one tile up to 16384 (H200 sweep of the exact kernels: 8192x4096
 # bfloat16 3870 GB/s against 3693 with SINGLE_TILE's entry, 4096x16384 4009
-# against 3307 for the loop; docs/benchmarks.md). float32 measured within
-# noise of SINGLE_TILE and LOOP, which it keeps.
+# against 3307 for the loop; docs/benchmarks.md). float32's single tiles measured
+# within noise of SINGLE_TILE, which they keep.
 EXACT_SINGLE_TILE = {
     4: SINGLE_TILE[4],
     # SINGLE_TILE's rows up to 2048 wide, refitted rows from 4096.
     2: [row for row in SINGLE_TILE[2] if row[0] <= 2048] + [(4096, 4096, 2, 8), (8192, 8192, 2, 0), (16384, 16384, 0, 8)],
 }
-EXACT_LOOP = {4: LOOP[4], 2: (16384, 2, 8)}
+# element size -> [(largest n, block_n, occupancy, warps)] for exact rows over one
+# tile. A loop of only two exact tiles has a static trip count that tileiras
+# unrolls, keeping the whole row in registers: 32768-wide 2-byte rows loop over
+# four 8192-wide tiles instead (2048x32768 bfloat16: 3138 GB/s against 2889).
+EXACT_LOOP = {
+    4: [(MAX_N, 16384, 1, 8)],
+    2: [(32768, 8192, 4, 0), (MAX_N, 16384, 2, 8)],
+}
 # Exact rows' row blocks shrink for MIN_CTAS only down to this many elements per
 # CTA: 256x256 bfloat16 ran at 144 GB/s in 4-row blocks and 124 in 1-row ones.
 EXACT_MIN_TILE_ELEMENTS = 1024
@@ -137,8 +149,10 @@ def softmax_config(m: int, n: int, element_size: int) -> Config:
             return block_m, block_n, occupancy, warps
     if gather:
         loop_n, occupancy, warps = GATHER_LOOP[element_size][m >= GATHER_LOOP_ROWS]
+    elif exact:
+        loop_n, occupancy, warps = next(row[1:] for row in EXACT_LOOP[element_size] if n <= row[0])
     else:
-        loop_n, occupancy, warps = (EXACT_LOOP if exact else LOOP)[element_size]
+        loop_n, occupancy, warps = LOOP[element_size]
     return 1, loop_n, occupancy, warps
 
 
