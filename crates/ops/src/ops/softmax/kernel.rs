@@ -144,13 +144,17 @@ pub mod softmax_kernels {
         masked_f32::<E, BM, BN>(x, raw, col0)
     }
 
-    /// The lanes of columns `col0..col0 + BN` that are inside x's rows.
+    /// The column indices `col0..col0 + BN`.
+    fn columns<const BN: i32>(col0: i32) -> Tile<i32, { [BN] }> {
+        broadcast_scalar(col0, shape![BN]) + iota(shape![BN])
+    }
+
+    /// The lanes of columns `cols` that are inside x's rows.
     fn columns_in_row<E: ElementType, const BM: i32, const BN: i32>(
         x: &Tensor<E, { [-1, -1] }>,
-        col0: i32,
+        cols: Tile<i32, { [BN] }>,
     ) -> Tile<bool, { [BM, BN] }> {
         let n: i32 = get_shape_dim(x.shape(), 1i32);
-        let cols: Tile<i32, { [BN] }> = broadcast_scalar(col0, shape![BN]) + iota(shape![BN]);
         let col_ok: Tile<bool, { [1, BN] }> = lt_tile(cols, broadcast_scalar(n, shape![BN])).reshape(shape![1, BN]);
         col_ok.broadcast(shape![BM, BN])
     }
@@ -162,8 +166,8 @@ pub mod softmax_kernels {
         row_off: Tile<i64, { [BM, 1] }>,
         col0: i32,
     ) -> Tile<E, { [BM, BN] }> {
-        let col_ok: Tile<bool, { [BM, BN] }> = columns_in_row::<E, BM, BN>(x, col0);
-        let cols: Tile<i32, { [BN] }> = broadcast_scalar(col0, shape![BN]) + iota(shape![BN]);
+        let cols: Tile<i32, { [BN] }> = columns::<BN>(col0);
+        let col_ok: Tile<bool, { [BM, BN] }> = columns_in_row::<E, BM, BN>(x, cols);
         let cols: Tile<i64, { [BN] }> = exti(cols);
         let cols: Tile<i64, { [1, BN] }> = cols.reshape(shape![1, BN]);
         let offsets: Tile<i64, { [BM, BN] }> = row_off.broadcast(shape![BM, BN]) + cols.broadcast(shape![BM, BN]);
@@ -187,7 +191,8 @@ pub mod softmax_kernels {
         raw: Tile<E, { [BM, BN] }>,
         col0: i32,
     ) -> Tile<f32, { [BM, BN] }> {
-        let col_ok: Tile<bool, { [BM, BN] }> = columns_in_row::<E, BM, BN>(x, col0);
+        let cols: Tile<i32, { [BN] }> = columns::<BN>(col0);
+        let col_ok: Tile<bool, { [BM, BN] }> = columns_in_row::<E, BM, BN>(x, cols);
         let neg_inf: Tile<f32, { [BM, BN] }> = constant(f32::NEG_INFINITY, shape![BM, BN]);
         let t: Tile<f32, { [BM, BN] }> = convert_tile(raw);
         select(col_ok, t, neg_inf)
