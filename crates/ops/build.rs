@@ -1,9 +1,16 @@
-//! Discovers the ops: every directory `src/ops/<name>/` with a `mod.rs` becomes
-//! `cutile_ops::<name>`. Adding an op means adding its directory, no list to edit.
+//! Discovers the ops and generates the C ABI's manifest.
+//!
+//! - Every directory `src/ops/<name>/` with a `mod.rs` becomes `cutile_ops::<name>`,
+//!   and `OPS` lists them: adding an op means adding its directory, no list to edit.
+//! - cdef_gen turns every file named `ffi.rs` under `src/` (the library's own and
+//!   each op's) into the cdef manifest, `cutile_kernels.h` in OUT_DIR; its SHA-256 is
+//!   baked into the library (`cutile_abi_fingerprint`), and its path is handed to the
+//!   cutile_kernels build script (the `links` metadata `DEP_CUTILE_ABI_HEADER`).
 use std::{env, fs, path::PathBuf};
 
 fn main() {
-    let ops_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("src/ops");
+    let src = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("src");
+    let ops_dir = src.join("ops");
     println!("cargo:rerun-if-changed={}", ops_dir.display());
     let mut names: Vec<String> = fs::read_dir(&ops_dir)
         .expect("crates/ops/src/ops must exist")
@@ -20,6 +27,16 @@ fn main() {
     out.push_str(&format!(
         "/// Every op compiled into this crate, in name order.\npub const OPS: &[&str] = &{names:?};\n"
     ));
-    let dest = PathBuf::from(env::var("OUT_DIR").unwrap()).join("ops.rs");
-    fs::write(dest, out).unwrap();
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    fs::write(out_dir.join("ops.rs"), out).unwrap();
+
+    let sources = cdef_gen::ffi_sources(&src).expect("read crates/ops/src");
+    for source in &sources {
+        println!("cargo:rerun-if-changed={}", source.display());
+    }
+    let header = cdef_gen::generate(&sources).unwrap_or_else(|e| panic!("cbindgen failed: {e}"));
+    let header_path = out_dir.join(cdef_gen::HEADER);
+    fs::write(&header_path, &header).unwrap();
+    println!("cargo:rustc-env=CUTILE_ABI_FINGERPRINT={}", cdef_gen::fingerprint(&header));
+    println!("cargo:header={}", header_path.display());
 }

@@ -4,19 +4,28 @@
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
+/// The file name of the generated manifest, in the library's build and the Python package.
+pub const HEADER: &str = "cutile_kernels.h";
+
 /// The Rust files that define the C ABI of the ops crate rooted at `ops_src`
-/// (`crates/ops/src`): the shared `abi.rs`, `cache.rs` and `probe.rs`, and every op's
-/// `ffi.rs`, in a stable order. An op adds its `ffi.rs`; nothing here lists ops.
+/// (`crates/ops/src`): every file named `ffi.rs` under it (the library's own
+/// `ffi.rs` and each op's `ops/<op>/ffi.rs`), in path order. The layout is the
+/// list: an op adds its `ffi.rs`, nothing here names a file.
 pub fn ffi_sources(ops_src: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files = vec![ops_src.join("abi.rs"), ops_src.join("cache.rs"), ops_src.join("probe.rs")];
-    let mut ops: Vec<PathBuf> = std::fs::read_dir(ops_src.join("ops"))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join("ffi.rs"))
-        .filter(|p| p.is_file())
-        .collect();
-    ops.sort();
-    files.extend(ops);
-    Ok(files)
+    let mut found = Vec::new();
+    let mut dirs = vec![ops_src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.file_name().is_some_and(|n| n == "ffi.rs") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
 }
 
 /// Runs cbindgen over `sources` and returns a header cffi's `cdef` parses:

@@ -1,47 +1,15 @@
-//! The C ABI shared by every op. cbindgen reads this file: what is `pub` and
-//! `#[repr(C)]` here ends up in the generated cdef manifest Python uses.
+//! What every C export does on the Rust side: reading and checking a
+//! `TensorDesc`, and turning an op's error or panic into a status code and a
+//! per-thread message. The C-visible types and constants are in `ffi.rs`.
 
+pub use crate::ffi::{
+    TensorDesc, CUTILE_DTYPE_BF16, CUTILE_DTYPE_F16, CUTILE_DTYPE_F32, CUTILE_ERR_COMPILE_FAILED,
+    CUTILE_ERR_DEVICE_INIT, CUTILE_ERR_INVALID_ARGUMENT, CUTILE_ERR_LAUNCH_FAILED, CUTILE_ERR_NULL_POINTER,
+    CUTILE_ERR_PANIC, CUTILE_ERR_UNSUPPORTED_DTYPE, CUTILE_MAX_DIMS, CUTILE_OK,
+};
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-
-/// Most dimensions a `TensorDesc` holds.
-pub const CUTILE_MAX_DIMS: i32 = 5;
-
-pub const CUTILE_DTYPE_F32: i32 = 0;
-pub const CUTILE_DTYPE_F16: i32 = 1;
-pub const CUTILE_DTYPE_BF16: i32 = 2;
-pub const CUTILE_DTYPE_I32: i32 = 3;
-pub const CUTILE_DTYPE_I64: i32 = 4;
-pub const CUTILE_DTYPE_F8E5M2: i32 = 5;
-pub const CUTILE_DTYPE_F4E2M1FNX2: i32 = 6;
-pub const CUTILE_DTYPE_F8E4M3FN: i32 = 7;
-
-pub const CUTILE_OK: i32 = 0;
-pub const CUTILE_ERR_UNSUPPORTED_DTYPE: i32 = -2;
-pub const CUTILE_ERR_LAUNCH_FAILED: i32 = -3;
-pub const CUTILE_ERR_DEVICE_INIT: i32 = -4;
-pub const CUTILE_ERR_NULL_POINTER: i32 = -5;
-pub const CUTILE_ERR_INVALID_ARGUMENT: i32 = -6;
-/// A Rust panic was caught at the ABI boundary.
-pub const CUTILE_ERR_PANIC: i32 = -7;
-/// The Tile IR toolchain (tileiras, ptxas, libNVVM) failed to compile a kernel.
-pub const CUTILE_ERR_COMPILE_FAILED: i32 = -8;
-
-/// A strided tensor as Python hands it over: `ptr` is a device address,
-/// `shape` and `strides` (in elements) are valid for the first `ndim` entries.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct TensorDesc {
-    pub ptr: u64,
-    pub ndim: i32,
-    pub shape: [i64; 5],
-    pub strides: [i64; 5],
-    pub dtype: i32,
-}
-
-const _: () = assert!(CUTILE_MAX_DIMS as usize * 8 == std::mem::size_of::<[i64; 5]>());
-const _: () = assert!(std::mem::size_of::<TensorDesc>() == 104);
 
 /// An error an op reports through its status code and `cutile_last_error`.
 #[derive(Debug)]
@@ -95,10 +63,8 @@ pub fn ffi_guard(body: impl FnOnce() -> OpResult<()>) -> i32 {
     }
 }
 
-/// The message of the last failed call on this thread ("" after a success).
-/// The pointer stays valid until the next op call on the same thread.
-#[no_mangle]
-pub extern "C" fn cutile_last_error() -> *const c_char {
+/// This thread's last error message (`cutile_last_error`), valid until its next op call.
+pub(crate) fn last_error_ptr() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
@@ -187,7 +153,7 @@ mod tests {
     use std::ffi::CStr;
 
     fn last() -> String {
-        unsafe { CStr::from_ptr(cutile_last_error()) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(last_error_ptr()) }.to_string_lossy().into_owned()
     }
 
     #[test]

@@ -7,10 +7,11 @@
 //! adds what it leaves out: this library's ABI fingerprint and the
 //! ptxas/libNVVM versions.
 
-use crate::abi::{ffi_guard, OpError, OpResult, CUTILE_ERR_INVALID_ARGUMENT};
+use crate::abi::{OpError, OpResult};
+use crate::ffi::CacheStats;
 use cutile::jit_cache::{self, FileSystemJitStore, JitStore};
 use sha2::{Digest, Sha256};
-use std::ffi::{c_char, CStr};
+use std::cell::RefCell;
 use std::io;
 use std::sync::{Arc, RwLock};
 
@@ -36,12 +37,12 @@ impl JitStore for SaltedStore {
     fn get(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
         let found = self.inner.get(&self.key(key))?;
         if let Some(bytes) = &found {
-            crate::warm_start::observe_entry(bytes);
+            observe_entry(bytes);
         }
         Ok(found)
     }
     fn put(&self, key: &str, value: &[u8]) -> io::Result<()> {
-        crate::warm_start::observe_entry(value);
+        observe_entry(value);
         self.inner.put(&self.key(key), value)
     }
     fn contains(&self, key: &str) -> io::Result<bool> {
@@ -53,6 +54,27 @@ impl JitStore for SaltedStore {
     fn clear(&self) -> io::Result<()> {
         self.inner.clear()
     }
+}
+
+thread_local! {
+    /// The last entry this thread's store read or wrote, while `capture_entry` watches.
+    static CAPTURED: RefCell<Option<Option<Vec<u8>>>> = const { RefCell::new(None) };
+}
+
+fn observe_entry(bytes: &[u8]) {
+    CAPTURED.with(|c| {
+        if let Some(slot) = c.borrow_mut().as_mut() {
+            *slot = Some(bytes.to_vec());
+        }
+    });
+}
+
+/// Runs `f` and returns its result with the last kernel-cache entry this thread
+/// read (a hit) or wrote meanwhile: the cubin cutile compiled or loaded for a launch.
+pub(crate) fn capture_entry<R>(f: impl FnOnce() -> R) -> (R, Option<Vec<u8>>) {
+    CAPTURED.with(|c| *c.borrow_mut() = Some(None));
+    let result = f();
+    (result, CAPTURED.with(|c| c.borrow_mut().take()).flatten())
 }
 
 /// The store installed with `cutile_cache_enable`, for the warm-start index.
@@ -77,88 +99,28 @@ pub(crate) fn put_index(key: &str, value: &[u8]) {
     }
 }
 
-/// Process-wide kernel cache counters (since the library was loaded).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CacheStats {
-    /// Compiles served from the disk cache.
-    pub hits: u64,
-    /// Disk lookups that found nothing usable and ran tileiras.
-    pub misses: u64,
-    /// Entries written.
-    pub puts: u64,
-    pub bytes_written: u64,
-    /// Cache I/O failures (each one only costs a recompile).
-    pub io_errors: u64,
-    /// tileiras runs that succeeded in this process, cached or not.
-    pub tileiras_runs: u64,
-    /// Kernels loaded from the warm-start index, with no lowering.
-    pub warm_starts: u64,
-    /// Launches replayed straight to the driver, past cutile's launcher (`crate::replay`).
-    pub replays: u64,
+/// Installs the kernel cache (`cutile_cache_enable`).
+pub(crate) fn enable(dir: &str, capacity_bytes: u64, salt: &str) -> OpResult<()> {
+    let inner = FileSystemJitStore::builder(dir)
+        .capacity_bytes(capacity_bytes)
+        .open()
+        .map_err(|e| OpError::invalid(format!("cannot open the kernel cache at {dir}: {e}")))?;
+    let store = Arc::new(SaltedStore { inner, salt: salt.to_string() });
+    jit_cache::enable(store.clone());
+    *INSTALLED.write().unwrap_or_else(|p| p.into_inner()) = Some(store);
+    Ok(())
 }
 
-fn c_str<'a>(p: *const c_char, name: &str) -> OpResult<&'a str> {
-    if p.is_null() {
-        return Err(OpError::new(CUTILE_ERR_INVALID_ARGUMENT, format!("{name} is null")));
+/// cutile's store and compile counters (`cutile_cache_stats` adds ours).
+pub(crate) fn stats() -> CacheStats {
+    let s = jit_cache::stats();
+    CacheStats {
+        hits: s.hits,
+        misses: s.misses,
+        puts: s.puts,
+        bytes_written: s.bytes_written,
+        io_errors: s.io_errors,
+        tileiras_runs: jit_cache::jit_backend_compile_count(),
+        ..CacheStats::default()
     }
-    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| OpError::invalid(format!("{name} is not UTF-8")))
-}
-
-/// Installs the kernel cache at `dir` (created if missing; the caller makes it
-/// user-only), capped at `capacity_bytes` (0: no cap), keys salted with `salt`
-/// (Python passes the ABI fingerprint and the toolchain versions). Replaces a cache installed before.
-///
-/// # Safety
-/// `dir` and `salt` must be null or NUL-terminated strings.
-#[no_mangle]
-pub unsafe extern "C" fn cutile_cache_enable(dir: *const c_char, capacity_bytes: u64, salt: *const c_char) -> i32 {
-    ffi_guard(|| {
-        let dir = c_str(dir, "dir")?;
-        let salt = c_str(salt, "salt")?;
-        let inner = FileSystemJitStore::builder(dir)
-            .capacity_bytes(capacity_bytes)
-            .open()
-            .map_err(|e| OpError::invalid(format!("cannot open the kernel cache at {dir}: {e}")))?;
-        let store = Arc::new(SaltedStore { inner, salt: salt.to_string() });
-        jit_cache::enable(store.clone());
-        *INSTALLED.write().unwrap_or_else(|p| p.into_inner()) = Some(store);
-        Ok(())
-    })
-}
-
-/// Uninstalls the kernel cache: later compiles neither read nor write disk.
-#[no_mangle]
-pub extern "C" fn cutile_cache_disable() -> i32 {
-    ffi_guard(|| {
-        jit_cache::disable();
-        *INSTALLED.write().unwrap_or_else(|p| p.into_inner()) = None;
-        Ok(())
-    })
-}
-
-/// Writes the process's cache counters to `out`.
-///
-/// # Safety
-/// `out` must be null or point to writable memory for one `CacheStats`.
-#[no_mangle]
-pub unsafe extern "C" fn cutile_cache_stats(out: *mut CacheStats) -> i32 {
-    ffi_guard(|| {
-        if out.is_null() {
-            return Err(OpError::new(CUTILE_ERR_INVALID_ARGUMENT, "out is null"));
-        }
-        let s = jit_cache::stats();
-        let stats = CacheStats {
-            hits: s.hits,
-            misses: s.misses,
-            puts: s.puts,
-            bytes_written: s.bytes_written,
-            io_errors: s.io_errors,
-            tileiras_runs: jit_cache::jit_backend_compile_count(),
-            warm_starts: crate::warm_start::warm_starts(),
-            replays: crate::replay::replays(),
-        };
-        unsafe { out.write(stats) };
-        Ok(())
-    })
 }

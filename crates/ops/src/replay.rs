@@ -37,12 +37,52 @@ pub fn replays() -> u64 {
     REPLAYS.load(Ordering::Relaxed)
 }
 
-/// One kernel parameter, in cutile's order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Arg {
-    /// The launch's `pointers[i]`.
-    Pointer(usize),
+/// A value a kernel parameter takes, of any scalar kind an op passes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    /// A device address.
+    Ptr(u64),
     I32(i32),
+    I64(i64),
+    U64(u64),
+    F32(f32),
+}
+
+impl Value {
+    /// The parameter's size in bytes, as the kernel's layout has it.
+    fn size(self) -> usize {
+        match self {
+            Self::I32(_) | Self::F32(_) => 4,
+            Self::Ptr(_) | Self::I64(_) | Self::U64(_) => 8,
+        }
+    }
+
+    /// The value's bytes in an 8-byte slot (cuLaunchKernel reads `size()` of them).
+    fn slot(self) -> [u8; 8] {
+        let mut slot = [0u8; 8];
+        match self {
+            Self::Ptr(v) | Self::U64(v) => slot = v.to_ne_bytes(),
+            Self::I64(v) => slot = v.to_ne_bytes(),
+            Self::I32(v) => slot[..4].copy_from_slice(&v.to_ne_bytes()),
+            Self::F32(v) => slot[..4].copy_from_slice(&v.to_ne_bytes()),
+        }
+        slot
+    }
+}
+
+macro_rules! value_from {
+    ($($t:ty => $v:ident),*) => {$(impl From<$t> for Value { fn from(v: $t) -> Self { Self::$v(v) } })*};
+}
+value_from!(i32 => I32, i64 => I64, u64 => U64, f32 => F32);
+
+/// One kernel parameter, in cutile's order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Arg {
+    /// The same at every launch of the key (a shape, a stride, a tile edge).
+    Fixed(Value),
+    /// The launch's `values[index]`, of `size` bytes: a data pointer or a scalar
+    /// such as `eps` that the key does not pin.
+    Live { index: usize, size: usize },
 }
 
 /// A kernel's parameters as cutile's launchers push them.
@@ -50,29 +90,48 @@ enum Arg {
 pub struct Args(Vec<Arg>);
 
 impl Args {
-    /// A `&mut Tensor` output bound by `partition(tile)`: pointer, shape,
-    /// strides, tile shape, then the tensor's strides again (cutile's partition strides).
+    /// A `&mut Tensor` output bound by `partition(tile)`, its pointer the launch's
+    /// `values[pointer]`: pointer, shape, strides, tile shape, then the tensor's
+    /// strides again (cutile's partition strides).
     pub fn partition(mut self, pointer: usize, shape: &[i32], strides: &[i32], tile: &[i32]) -> Self {
-        self.0.push(Arg::Pointer(pointer));
-        self.0.extend(shape.iter().chain(strides).chain(tile).chain(strides).map(|&v| Arg::I32(v)));
+        self.0.push(Arg::Live { index: pointer, size: 8 });
+        self.0.extend(shape.iter().chain(strides).chain(tile).chain(strides).map(|&v| Arg::Fixed(Value::I32(v))));
         self
     }
 
-    /// A `&Tensor` input: pointer, shape, strides.
+    /// A `&Tensor` input, its pointer the launch's `values[pointer]`: pointer, shape, strides.
     pub fn tensor(mut self, pointer: usize, shape: &[i32], strides: &[i32]) -> Self {
-        self.0.push(Arg::Pointer(pointer));
-        self.0.extend(shape.iter().chain(strides).map(|&v| Arg::I32(v)));
+        self.0.push(Arg::Live { index: pointer, size: 8 });
+        self.0.extend(shape.iter().chain(strides).map(|&v| Arg::Fixed(Value::I32(v))));
         self
     }
 
-    /// An `i32` scalar parameter.
-    pub fn scalar(mut self, value: i32) -> Self {
-        self.0.push(Arg::I32(value));
+    /// A scalar parameter the replay key pins (the same at every launch of the key).
+    pub fn scalar(mut self, value: impl Into<Value>) -> Self {
+        self.0.push(Arg::Fixed(value.into()));
         self
     }
 
-    fn pointers(&self) -> usize {
-        self.0.iter().filter(|a| matches!(a, Arg::Pointer(_))).count()
+    /// A scalar parameter taken from each launch's `values[index]` (`like` gives its kind).
+    pub fn live(mut self, index: usize, like: impl Into<Value>) -> Self {
+        self.0.push(Arg::Live { index, size: like.into().size() });
+        self
+    }
+
+    /// How many values a launch passes: one past the highest live index.
+    fn lives(&self) -> usize {
+        self.0
+            .iter()
+            .filter_map(|a| if let Arg::Live { index, .. } = a { Some(index + 1) } else { None })
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn sizes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().map(|a| match a {
+            Arg::Fixed(v) => v.size(),
+            Arg::Live { size, .. } => *size,
+        })
     }
 }
 
@@ -84,26 +143,30 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// Enqueues the kernel on `stream` with `pointers` in place of the recorded ones.
+    /// Enqueues the kernel on `stream` with this launch's `values` (data pointers and
+    /// the scalars the key does not pin) in place of the recorded ones.
     /// The caller has bound the function's context to this thread.
     ///
     /// # Safety
-    /// `pointers` are device allocations of the extents the replay key describes,
-    /// live until the work on `stream` completes; `stream` is a live stream of
-    /// the function's context.
-    pub unsafe fn launch(&self, stream: u64, pointers: &[u64]) -> Result<(), cuda_core::DriverError> {
-        assert_eq!(pointers.len(), self.args.pointers(), "a replay takes as many pointers as it recorded");
+    /// The pointers among `values` are device allocations of the extents the replay
+    /// key describes, live until the work on `stream` completes; `stream` is a live
+    /// stream of the function's context.
+    pub unsafe fn launch(&self, stream: u64, values: &[Value]) -> Result<(), cuda_core::DriverError> {
+        assert_eq!(values.len(), self.args.lives(), "a replay takes as many values as it recorded");
         // Each value in its own 8-byte slot: cuLaunchKernel reads each parameter's size from its pointer.
-        let mut values = [[0u8; 8]; MAX_ARGS];
+        let mut slots = [[0u8; 8]; MAX_ARGS];
         let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
         let n = self.args.0.len();
-        for (slot, arg) in values.iter_mut().zip(&self.args.0) {
-            match *arg {
-                Arg::Pointer(i) => *slot = pointers[i].to_ne_bytes(),
-                Arg::I32(v) => slot[..4].copy_from_slice(&v.to_ne_bytes()),
-            }
+        for (slot, arg) in slots.iter_mut().zip(&self.args.0) {
+            *slot = match *arg {
+                Arg::Fixed(v) => v.slot(),
+                Arg::Live { index, size } => {
+                    assert_eq!(values[index].size(), size, "a replay's value {index} keeps its recorded kind");
+                    values[index].slot()
+                }
+            };
         }
-        for (p, slot) in params.iter_mut().zip(values.iter_mut()).take(n) {
+        for (p, slot) in params.iter_mut().zip(slots.iter_mut()).take(n) {
             *p = slot.as_mut_ptr().cast();
         }
         // SAFETY: the function, grid and argument list are what cutile launched
@@ -155,7 +218,7 @@ pub fn record(key: &[i64], cutile_key: &TileFunctionKey, grid: (u32, u32, u32), 
     true
 }
 
-/// Whether `function` takes exactly `args`: 8 bytes per pointer, 4 per i32, and
+/// Whether `function` takes exactly `args`, each of its size, and
 /// no parameter after them (`cuFuncGetParamInfo` refuses an index past the last;
 /// `cuFuncGetParamCount` is newer than the R580 drivers).
 fn layout_matches(function: &Function, args: &Args) -> bool {
@@ -168,13 +231,7 @@ fn layout_matches(function: &Function, args: &Args) -> bool {
         let rc = sys::cuFuncGetParamInfo(function.cu_function(), i, &mut offset, &mut size);
         (rc == sys::cudaError_enum_CUDA_SUCCESS).then_some(size)
     };
-    let sizes_match = args.0.iter().enumerate().all(|(i, arg)| {
-        size_of(i)
-            == Some(match arg {
-                Arg::Pointer(_) => 8,
-                Arg::I32(_) => 4,
-            })
-    });
+    let sizes_match = args.sizes().enumerate().all(|(i, size)| size_of(i) == Some(size));
     sizes_match && size_of(args.0.len()).is_none()
 }
 
@@ -185,10 +242,21 @@ mod tests {
     #[test]
     fn args_follow_cutiles_push_order() {
         let args = Args::default().partition(0, &[3, 5], &[5, 1], &[1, 8]).tensor(1, &[3, 5], &[7, 1]);
-        use Arg::{Pointer as P, I32 as I};
-        let want = [P(0), I(3), I(5), I(5), I(1), I(1), I(8), I(5), I(1), P(1), I(3), I(5), I(7), I(1)];
+        let p = |index| Arg::Live { index, size: 8 };
+        let i = |v| Arg::Fixed(Value::I32(v));
+        let want = [p(0), i(3), i(5), i(5), i(1), i(1), i(8), i(5), i(1), p(1), i(3), i(5), i(7), i(1)];
         assert_eq!(args.0, want);
-        assert_eq!(args.pointers(), 2);
+        assert_eq!(args.lives(), 2);
+    }
+
+    #[test]
+    fn every_scalar_kind_has_its_size_and_bytes() {
+        let args = Args::default().scalar(7i32).scalar(-1i64).scalar(u64::MAX).live(0, 1e-6f32).live(1, 0u64);
+        assert_eq!(args.sizes().collect::<Vec<_>>(), [4, 8, 8, 4, 8]);
+        assert_eq!(args.lives(), 2);
+        assert_eq!(Value::F32(1.5).slot()[..4], 1.5f32.to_ne_bytes());
+        assert_eq!(Value::I64(-2).slot(), (-2i64).to_ne_bytes());
+        assert_eq!(Value::I32(-3).slot()[..4], (-3i32).to_ne_bytes());
     }
 
     #[test]

@@ -33,7 +33,6 @@ use cutile::cutile_compiler::kernel_naming::KernelNaming;
 use cutile::jit_cache::{decode_entry, encode_entry, EntryParams};
 use cutile::tile_kernel::{contains_cuda_function, kernel_cache_slot, TileFunctionKey};
 use sha2::{Digest, Sha256};
-use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -47,20 +46,6 @@ static WARM_STARTS: AtomicU64 = AtomicU64::new(0);
 /// Kernels this process loaded from the index instead of lowering them.
 pub fn warm_starts() -> u64 {
     WARM_STARTS.load(Ordering::Relaxed)
-}
-
-thread_local! {
-    /// The last kernel-cache entry this thread's store read or wrote, while capturing.
-    static CAPTURED: RefCell<Option<Option<Vec<u8>>>> = const { RefCell::new(None) };
-}
-
-/// Called by the store for every entry it reads (a hit) or writes.
-pub(crate) fn observe_entry(bytes: &[u8]) {
-    CAPTURED.with(|c| {
-        if let Some(slot) = c.borrow_mut().as_mut() {
-            *slot = Some(bytes.to_vec());
-        }
-    });
 }
 
 /// Whether this launch signature is new to the process (and remembers it).
@@ -129,9 +114,7 @@ pub fn launch(
         }
         return launch().map(|()| Some(key));
     }
-    CAPTURED.with(|c| *c.borrow_mut() = Some(None));
-    let result = launch();
-    let captured = CAPTURED.with(|c| c.borrow_mut().take()).flatten();
+    let (result, captured) = cache::capture_entry(launch);
     result?;
     if let Some(cubin) = captured.as_deref().and_then(cubin_of_entry) {
         record(&key, &index, &KernelNaming::new(kernel).entry_name(), &cubin);

@@ -1,6 +1,14 @@
 //! C exports of softmax (read by the cdef generator).
 
-use crate::abi::{ffi_guard, read_desc, TensorDesc};
+use super::launch::RowFamily;
+use crate::abi::{ffi_guard, DType, TensorDesc};
+
+/// Row families (`cutile_softmax_row_family`, launch.rs's `RowFamily`): rows of any length.
+pub const CUTILE_SOFTMAX_ROWS_PLAIN: i32 = 0;
+/// Rows of a power-of-two length (the exact-width kernels).
+pub const CUTILE_SOFTMAX_ROWS_EXACT: i32 = 1;
+/// 2-byte rows that are not whole 16-byte vectors (the masked-gather kernels).
+pub const CUTILE_SOFTMAX_ROWS_GATHER: i32 = 2;
 
 /// Softmax over the last dim of the 2-D view `x` into the contiguous `y`.
 ///
@@ -28,8 +36,25 @@ pub unsafe extern "C" fn cutile_softmax(
     stream: u64,
 ) -> i32 {
     ffi_guard(|| {
-        let x = unsafe { read_desc(x, "x") }?;
-        let y = unsafe { read_desc(y, "y") }?;
+        let x = unsafe { crate::abi::read_desc(x, "x") }?;
+        let y = unsafe { crate::abi::read_desc(y, "y") }?;
         super::launch::softmax(&x, &y, block_m, block_n, occupancy, warps, device, stream)
     })
+}
+
+/// The kernel family (`CUTILE_SOFTMAX_ROWS_*`) that `m` rows of `n` elements of
+/// `dtype`, `row_stride` elements apart, take; the shape heuristic looks its
+/// tables up by it. A negative value is a status (unknown dtype).
+#[no_mangle]
+pub extern "C" fn cutile_softmax_row_family(dtype: i32, m: i32, n: i32, row_stride: i32) -> i32 {
+    let mut family = 0;
+    let status = ffi_guard(|| {
+        family = RowFamily::of(DType::from_code(dtype)?, m, n, row_stride) as i32;
+        Ok(())
+    });
+    if status == 0 {
+        family
+    } else {
+        status
+    }
 }

@@ -1,25 +1,14 @@
-//! Host side of softmax: validates the views and enqueues one kernel on the
-//! caller's stream without waiting for it.
+//! Host side of softmax: validates the views, picks the row kernel and
+//! enqueues it on the caller's stream (crate::launch) without waiting for it.
 
+use super::ffi::{CUTILE_SOFTMAX_ROWS_EXACT, CUTILE_SOFTMAX_ROWS_GATHER, CUTILE_SOFTMAX_ROWS_PLAIN};
 use super::kernel::softmax_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
-use crate::{replay, runtime, warm_start};
+use crate::launch::{self, check_block, FirstLaunch, Hints, Key};
+use crate::replay::{Args, Value};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
-use cutile::cuda_async::error::DeviceError;
-use cutile::cutile_compiler::specialization::DivHint;
 use cutile::tensor::KernelOutputStored;
-use cutile::tile_kernel::CompileOptions;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
-
-/// Largest tile edge we compile; tiles are powers of two.
-pub const MAX_BLOCK: i32 = 1 << 16;
-/// Largest CTAs-per-SM hint tileiras accepts.
-pub const MAX_OCCUPANCY: i32 = 32;
-/// Worker-warp counts Tile IR defines (tileiras 13.4 takes only 4 and 8 and
-/// says so at compile time).
-pub const WORKER_WARPS: [i32; 6] = [1, 2, 4, 8, 16, 32];
 
 // The C export's flat scalar parameters, passed straight through.
 #[allow(clippy::too_many_arguments)]
@@ -56,29 +45,11 @@ pub fn softmax(
     if m > 1 && x.strides[0] < n {
         return Err(OpError::invalid(format!("x rows overlap: row stride {} < row length {n}", x.strides[0])));
     }
-    for (name, b) in [("block_m", block_m), ("block_n", block_n)] {
-        if !(1..=MAX_BLOCK).contains(&b) || b & (b - 1) != 0 {
-            return Err(OpError::invalid(format!("{name} = {b}: must be a power of two in 1..={MAX_BLOCK}")));
-        }
-    }
-    if !(0..=MAX_OCCUPANCY).contains(&occupancy) {
-        return Err(OpError::invalid(format!("occupancy = {occupancy}: must be 0 (compiler's choice) to {MAX_OCCUPANCY}")));
-    }
-    if warps != 0 && !WORKER_WARPS.contains(&warps) {
-        return Err(OpError::invalid(format!(
-            "warps = {warps}: must be 0 (compiler's choice) or one of {WORKER_WARPS:?}"
-        )));
-    }
+    check_block("block_m", block_m)?;
+    check_block("block_n", block_n)?;
+    let hints = Hints::checked(occupancy, warps)?;
     if m == 0 || n == 0 {
         return Ok(());
-    }
-    // Occupancy and worker warps are compile-time hints: each value is its own compiled variant.
-    let mut options = CompileOptions::default();
-    if occupancy > 0 {
-        options = options.occupancy(occupancy);
-    }
-    if warps > 0 {
-        options = options.num_worker_warps_per_cta(warps);
     }
     // One CTA per row block: in the loop kernel y is cut into [block_m, n_pad]
     // slabs, n_pad the row length rounded up to whole tiles (one variant per n_pad).
@@ -86,38 +57,42 @@ pub fn softmax(
     let n_pad = i32::try_from(n_pad)
         .map_err(|_| OpError::invalid(format!("row length {n} rounded up to tiles of {block_n} overflows i32")))?;
     let kernel = Kernel::for_view(x, block_n);
-    let ctx = runtime::context(device)?;
-    // Everything cutile can specialize on or checks at launch, pointers aside:
-    // the kernel, its generics and options, the device, extents, strides and
-    // each pointer's alignment as cutile's specialization takes it (`DivHint`:
-    // divisibility up to 16 bytes). A launch equal in all of it replays (crate::replay).
-    let key = [
-        kernel as i64,
-        x.dtype as i64,
-        i64::from(block_m),
-        i64::from(block_n),
-        i64::from(n_pad),
-        ctx.ordinal() as i64,
-        i64::from(occupancy),
-        i64::from(warps),
-        i64::from(m),
-        i64::from(n),
-        i64::from(x.strides[0]),
-        i64::from(x.strides[1]),
-        i64::from(DivHint::from_ptr(x.ptr).divisor),
-        i64::from(DivHint::from_ptr(y.ptr).divisor),
-    ];
-    if let Some(replay) = replay::get(&key) {
-        // SAFETY: x and y were checked above to fit the extents the key records;
-        // the caller (torch) keeps them and the stream alive, as for any launch.
-        return unsafe { replay.launch(stream, &[y.ptr, x.ptr]) }
-            .map_err(|e| runtime::launch_error("softmax", DeviceError::Driver(e)));
-    }
-    let stream = runtime::borrow_stream(&ctx, stream);
-    match x.dtype {
-        DType::F32 => launch::<f32>(&ctx, &stream, x, y, kernel, [block_m, block_n, n_pad], options, &key),
-        DType::F16 => launch::<f16>(&ctx, &stream, x, y, kernel, [block_m, block_n, n_pad], options, &key),
-        DType::BF16 => launch::<bf16>(&ctx, &stream, x, y, kernel, [block_m, block_n, n_pad], options, &key),
+    let key = Key::new(kernel.name(), device).with(block_m).with(block_n).with(n_pad).hints(hints).tensor(x).tensor(y);
+    let values = [Value::Ptr(y.ptr), Value::Ptr(x.ptr)];
+    let tiles = [block_m, block_n, n_pad];
+    launch::enqueue("softmax", kernel.name(), key, device, stream, &values, |first| match x.dtype {
+        DType::F32 => launch_first::<f32>(first, x, y, kernel, tiles, hints),
+        DType::F16 => launch_first::<f16>(first, x, y, kernel, tiles, hints),
+        DType::BF16 => launch_first::<bf16>(first, x, y, kernel, tiles, hints),
+    })
+}
+
+/// The kernel family a softmax row takes, which decides both the kernel (with
+/// the config's `block_n`, [`Kernel::for_view`]) and which of the heuristic's
+/// tables Python looks its config up in (`cutile_softmax_row_family`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(i32)]
+pub enum RowFamily {
+    /// Rows of any length through partition views.
+    Plain = CUTILE_SOFTMAX_ROWS_PLAIN,
+    /// Rows of a power-of-two length: every power-of-two tile is a whole tile, so
+    /// the exact-width kernels (no column bounds checks) take them.
+    Exact = CUTILE_SOFTMAX_ROWS_EXACT,
+    /// 2-byte rows that are not whole 16-byte vectors (N or the row stride not a
+    /// multiple of 8): the masked-gather kernels (kernel.rs says why).
+    Gather = CUTILE_SOFTMAX_ROWS_GATHER,
+}
+
+impl RowFamily {
+    pub fn of(dtype: DType, m: i32, n: i32, row_stride: i32) -> Self {
+        let two_byte = matches!(dtype, DType::F16 | DType::BF16);
+        if two_byte && (n % 8 != 0 || (m > 1 && row_stride % 8 != 0)) {
+            Self::Gather
+        } else if n > 0 && n & (n - 1) == 0 {
+            Self::Exact
+        } else {
+            Self::Plain
+        }
     }
 }
 
@@ -142,9 +117,9 @@ enum Kernel {
 impl Kernel {
     fn for_view(x: &CheckedTensor, block_n: i32) -> Self {
         let (m, n) = (x.shape[0], x.shape[1]);
-        let two_byte = matches!(x.dtype, DType::F16 | DType::BF16);
-        let gather = two_byte && (n % 8 != 0 || (m > 1 && x.strides[0] % 8 != 0));
-        // Whole tiles only: the exact kernels type x's row length as a constant.
+        let gather = RowFamily::of(x.dtype, m, n, x.strides[0]) == RowFamily::Gather;
+        // Whole tiles only: the exact kernels type x's row length as a constant
+        // (every row of the Exact family, and any row that block_n divides).
         let exact = n % block_n == 0;
         match (n > block_n, gather, exact) {
             (true, true, _) => Self::LoopGather,
@@ -179,19 +154,17 @@ impl Kernel {
 }
 
 /// cutile's launch of one variant; `[block_m, block_n, n_pad]` as `softmax` derived them.
-#[allow(clippy::too_many_arguments)]
-fn launch<T: cutile::DType>(
-    ctx: &Arc<Context>,
-    stream: &Arc<cuda_core::Stream>,
+fn launch_first<T: cutile::DType>(
+    first: &FirstLaunch,
     x: &CheckedTensor,
     y: &CheckedTensor,
     kernel: Kernel,
     [block_m, block_n, n_pad]: [i32; 3],
-    options: CompileOptions,
-    key: &[i64],
+    hints: Hints,
 ) -> OpResult<()> {
+    let ctx = &first.ctx;
     // SAFETY: torch owns both allocations and keeps them alive while the work
-    // it ordered on `stream` runs; y is a fresh output nobody else writes.
+    // it ordered on the stream runs; y is a fresh output nobody else writes.
     let tensors = || unsafe {
         (
             Tensor::<T>::borrow_raw_parts(x.ptr, ctx.clone(), x.shape.clone(), x.strides.clone()),
@@ -208,16 +181,11 @@ fn launch<T: cutile::DType>(
         }
         g
     };
-    let signature = {
-        let mut h = DefaultHasher::new();
-        key.hash(&mut h);
-        h.finish()
-    };
-    // This launch's launcher, handed to `$finish` as `$l` (the two kernels' launcher types differ).
+    // This launch's launcher, handed to `$finish` as `$l` (the kernels' launcher types differ).
     macro_rules! with_launcher {
         (|$l:ident| $finish:expr) => {{
             let (xt, mut yt) = tensors();
-            let (g, o) = (generics(), options.clone());
+            let (g, o) = (generics(), hints.compile_options());
             let tiles = (&mut yt).partition(tile.map(|t| t as usize));
             match kernel {
                 Kernel::Tile => {
@@ -248,23 +216,22 @@ fn launch<T: cutile::DType>(
             }
         }};
     }
-    let resolve = |s: &Arc<cuda_core::Stream>| with_launcher!(|l| l.specialize_on(s).map(|spec| spec.into_l1_cache_key()));
-    // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
-    let run = || with_launcher!(|l| unsafe { l.async_on(stream) }.map(|_| ()));
-    let resolved = warm_start::launch(ctx, stream, signature, kernel.name(), resolve, run)
-        .map_err(|e| runtime::launch_error("softmax", e))?;
-    if let Some(cutile_key) = resolved {
-        // The grid as cutile derives it from y's partition, and its arguments in its order.
-        let (_, mut yt) = tensors();
-        let grid = KernelOutputStored::<T>::grid(&(&mut yt).partition(tile.map(|t| t as usize)))
-            .map_err(|e| OpError::invalid(format!("softmax launch grid: {e}")))?;
-        let mut args = replay::Args::default().partition(0, &y.shape, &y.strides, &tile).tensor(1, &x.shape, &x.strides);
-        if kernel.takes_row_stride() {
-            args = args.scalar(x.strides[0]);
-        }
-        replay::record(key, &cutile_key, grid, args);
-    }
-    Ok(())
+    first.run(
+        |s| with_launcher!(|l| l.specialize_on(s).map(|spec| spec.into_l1_cache_key())),
+        // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
+        || with_launcher!(|l| unsafe { l.async_on(&first.stream) }.map(|_| ())),
+        || {
+            // The grid as cutile derives it from y's partition, and its arguments in its order.
+            let (_, mut yt) = tensors();
+            let grid = KernelOutputStored::<T>::grid(&(&mut yt).partition(tile.map(|t| t as usize)))
+                .map_err(|e| OpError::invalid(format!("softmax launch grid: {e}")))?;
+            let mut args = Args::default().partition(0, &y.shape, &y.strides, &tile).tensor(1, &x.shape, &x.strides);
+            if kernel.takes_row_stride() {
+                args = args.scalar(x.strides[0]);
+            }
+            Ok((grid, args))
+        },
+    )
 }
 
 #[cfg(test)]
@@ -273,6 +240,17 @@ mod tests {
 
     fn view(dtype: DType, m: i32, n: i32, row_stride: i32) -> CheckedTensor {
         CheckedTensor { ptr: 0x1000, dtype, shape: vec![m, n], strides: vec![row_stride, 1] }
+    }
+
+    #[test]
+    fn row_families() {
+        assert_eq!(RowFamily::of(DType::F32, 8, 4096, 4096), RowFamily::Exact);
+        assert_eq!(RowFamily::of(DType::F32, 8, 4095, 4095), RowFamily::Plain);
+        assert_eq!(RowFamily::of(DType::F32, 8, 4095, 4097), RowFamily::Plain); // float32 never gathers
+        assert_eq!(RowFamily::of(DType::BF16, 8, 50257, 50257), RowFamily::Gather);
+        assert_eq!(RowFamily::of(DType::BF16, 8, 1024, 1025), RowFamily::Gather); // odd row stride
+        assert_eq!(RowFamily::of(DType::BF16, 1, 1024, 1025), RowFamily::Exact); // one row: its stride is unused
+        assert_eq!(RowFamily::of(DType::F16, 8, 24, 24), RowFamily::Plain);
     }
 
     #[test]

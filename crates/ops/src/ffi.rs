@@ -1,0 +1,161 @@
+//! The library's own C ABI, everything that is not an op's: the types and
+//! constants every export shares, errors, the kernel cache, the toolchain probe,
+//! the fingerprint and the op list. cdef_gen reads this file and every op's
+//! `ops/<op>/ffi.rs` (files named `ffi.rs`): what is `pub` and `#[repr(C)]`
+//! here ends up in the generated cdef manifest Python uses. The work itself is
+//! done in the modules each export names.
+
+use crate::abi::{ffi_guard, OpError};
+use std::ffi::{c_char, CStr, CString};
+use std::sync::OnceLock;
+
+/// Most dimensions a `TensorDesc` holds.
+pub const CUTILE_MAX_DIMS: i32 = 5;
+
+pub const CUTILE_DTYPE_F32: i32 = 0;
+pub const CUTILE_DTYPE_F16: i32 = 1;
+pub const CUTILE_DTYPE_BF16: i32 = 2;
+pub const CUTILE_DTYPE_I32: i32 = 3;
+pub const CUTILE_DTYPE_I64: i32 = 4;
+pub const CUTILE_DTYPE_F8E5M2: i32 = 5;
+pub const CUTILE_DTYPE_F4E2M1FNX2: i32 = 6;
+pub const CUTILE_DTYPE_F8E4M3FN: i32 = 7;
+
+pub const CUTILE_OK: i32 = 0;
+pub const CUTILE_ERR_UNSUPPORTED_DTYPE: i32 = -2;
+pub const CUTILE_ERR_LAUNCH_FAILED: i32 = -3;
+pub const CUTILE_ERR_DEVICE_INIT: i32 = -4;
+pub const CUTILE_ERR_NULL_POINTER: i32 = -5;
+pub const CUTILE_ERR_INVALID_ARGUMENT: i32 = -6;
+/// A Rust panic was caught at the ABI boundary.
+pub const CUTILE_ERR_PANIC: i32 = -7;
+/// The Tile IR toolchain (tileiras, ptxas, libNVVM) failed to compile a kernel.
+pub const CUTILE_ERR_COMPILE_FAILED: i32 = -8;
+
+// The constants are plain literals: cffi's cdef takes `#define NAME NUMBER` only.
+
+/// Largest tile edge an op compiles (2^16); tile edges are powers of two.
+pub const CUTILE_MAX_BLOCK: i32 = 65536;
+/// Largest CTAs-per-SM hint (`occupancy`) tileiras accepts; 0 leaves it to tileiras.
+pub const CUTILE_MAX_OCCUPANCY: i32 = 32;
+/// Most worker warps per CTA Tile IR defines (`warps`: 0 or a power of two up to this).
+pub const CUTILE_MAX_WORKER_WARPS: i32 = 32;
+/// Worker-warp counts tileiras before 13.5 compiles, as a bit set (bit w: w warps):
+/// 4 and 8. Later releases take every power of two up to `CUTILE_MAX_WORKER_WARPS`.
+pub const CUTILE_WORKER_WARPS_BEFORE_TILEIRAS_13_5: i32 = 0x110;
+
+const _: () = assert!(CUTILE_MAX_BLOCK == 1 << 16 && CUTILE_WORKER_WARPS_BEFORE_TILEIRAS_13_5 == (1 << 4) | (1 << 8));
+
+/// A strided tensor as Python hands it over: `ptr` is a device address,
+/// `shape` and `strides` (in elements) are valid for the first `ndim` entries.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TensorDesc {
+    pub ptr: u64,
+    pub ndim: i32,
+    pub shape: [i64; 5],
+    pub strides: [i64; 5],
+    pub dtype: i32,
+}
+
+const _: () = assert!(CUTILE_MAX_DIMS as usize * 8 == std::mem::size_of::<[i64; 5]>());
+const _: () = assert!(std::mem::size_of::<TensorDesc>() == 104);
+
+/// Process-wide kernel cache counters (since the library was loaded).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CacheStats {
+    /// Compiles served from the disk cache.
+    pub hits: u64,
+    /// Disk lookups that found nothing usable and ran tileiras.
+    pub misses: u64,
+    /// Entries written.
+    pub puts: u64,
+    pub bytes_written: u64,
+    /// Cache I/O failures (each one only costs a recompile).
+    pub io_errors: u64,
+    /// tileiras runs that succeeded in this process, cached or not.
+    pub tileiras_runs: u64,
+    /// Kernels loaded from the warm-start index, with no lowering.
+    pub warm_starts: u64,
+    /// Launches replayed straight to the driver, past cutile's launcher (`crate::replay`).
+    pub replays: u64,
+}
+
+/// The message of the last failed call on this thread ("" after a success).
+/// The pointer stays valid until the next op call on the same thread.
+#[no_mangle]
+pub extern "C" fn cutile_last_error() -> *const c_char {
+    crate::abi::last_error_ptr()
+}
+
+/// A NUL-terminated UTF-8 argument, or an error naming it.
+///
+/// # Safety
+/// `p` must be null or a NUL-terminated string.
+unsafe fn c_str<'a>(p: *const c_char, name: &str) -> Result<&'a str, OpError> {
+    if p.is_null() {
+        return Err(OpError::new(CUTILE_ERR_INVALID_ARGUMENT, format!("{name} is null")));
+    }
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| OpError::invalid(format!("{name} is not UTF-8")))
+}
+
+/// Installs the kernel cache at `dir` (created if missing; the caller makes it
+/// user-only), capped at `capacity_bytes` (0: no cap), keys salted with `salt`
+/// (Python passes the ABI fingerprint and the toolchain versions). Replaces a cache installed before.
+///
+/// # Safety
+/// `dir` and `salt` must be null or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn cutile_cache_enable(dir: *const c_char, capacity_bytes: u64, salt: *const c_char) -> i32 {
+    ffi_guard(|| {
+        let dir = unsafe { c_str(dir, "dir") }?;
+        let salt = unsafe { c_str(salt, "salt") }?;
+        crate::cache::enable(dir, capacity_bytes, salt)
+    })
+}
+
+/// Writes the process's cache counters to `out`.
+///
+/// # Safety
+/// `out` must be null or point to writable memory for one `CacheStats`.
+#[no_mangle]
+pub unsafe extern "C" fn cutile_cache_stats(out: *mut CacheStats) -> i32 {
+    ffi_guard(|| {
+        if out.is_null() {
+            return Err(OpError::new(CUTILE_ERR_INVALID_ARGUMENT, "out is null"));
+        }
+        let stats = CacheStats {
+            warm_starts: crate::warm_start::warm_starts(),
+            replays: crate::replay::replays(),
+            ..crate::cache::stats()
+        };
+        unsafe { out.write(stats) };
+        Ok(())
+    })
+}
+
+/// Compiles a trivial kernel for `gpu_name` (for example "sm_90") through
+/// tileiras. Returns CUTILE_OK, or CUTILE_ERR_COMPILE_FAILED with the
+/// toolchain's message in `cutile_last_error()`.
+///
+/// # Safety
+/// `gpu_name` must be null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn cutile_compile_probe(gpu_name: *const c_char) -> i32 {
+    ffi_guard(|| crate::probe::compile_probe(unsafe { c_str(gpu_name, "gpu_name") }?))
+}
+
+/// SHA-256 of the generated C declarations (the cdef manifest) this library
+/// was built with, as a NUL-terminated hex string.
+#[no_mangle]
+pub extern "C" fn cutile_abi_fingerprint() -> *const c_char {
+    concat!(env!("CUTILE_ABI_FINGERPRINT"), "\0").as_ptr().cast()
+}
+
+/// Comma-separated names of the ops compiled into this library, in name order.
+#[no_mangle]
+pub extern "C" fn cutile_ops_list() -> *const c_char {
+    static LIST: OnceLock<CString> = OnceLock::new();
+    LIST.get_or_init(|| CString::new(crate::OPS.join(",")).expect("op names have no NUL")).as_ptr()
+}

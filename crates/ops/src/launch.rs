@@ -1,0 +1,201 @@
+//! The launch protocol every op shares, written once: config checks, compile
+//! options, the replay key, the replay fast path, and cutile's first launch of a
+//! specialization through the warm-start index, recorded for replay. An op's
+//! `launch.rs` keeps what is its own: its views' checks, its kernel choice, its
+//! generics and its cutile launcher.
+//!
+//! A launch goes: [`enqueue`] binds the device's context and looks the [`Key`] up
+//! in the replay table (a hit goes straight to `cuLaunchKernel`, `crate::replay`);
+//! a miss hands the op a [`FirstLaunch`], whose [`FirstLaunch::run`] launches
+//! through cutile (`crate::warm_start`) and records the launch for the next time.
+
+use crate::abi::{CheckedTensor, OpError, OpResult};
+use crate::ffi::{CUTILE_MAX_BLOCK, CUTILE_MAX_OCCUPANCY, CUTILE_MAX_WORKER_WARPS};
+use crate::replay::{self, Args, Value};
+use crate::{runtime, warm_start};
+use cuda_core::{Context, Stream};
+use cutile::cuda_async::error::DeviceError;
+use cutile::cutile_compiler::specialization::DivHint;
+use cutile::tile_kernel::{CompileOptions, TileFunctionKey};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// Checks one tile edge of a config: a power of two in `1..=CUTILE_MAX_BLOCK`.
+pub fn check_block(name: &str, value: i32) -> OpResult<()> {
+    if !(1..=CUTILE_MAX_BLOCK).contains(&value) || value & (value - 1) != 0 {
+        return Err(OpError::invalid(format!("{name} = {value}: must be a power of two in 1..={CUTILE_MAX_BLOCK}")));
+    }
+    Ok(())
+}
+
+/// The compile-time hints of a config besides its tile shape; each value is its own
+/// compiled variant, and 0 leaves the choice to tileiras.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hints {
+    /// Resident CTAs per SM.
+    pub occupancy: i32,
+    /// Worker warps per CTA.
+    pub warps: i32,
+}
+
+impl Hints {
+    /// The hints, checked against Tile IR's domains.
+    pub fn checked(occupancy: i32, warps: i32) -> OpResult<Self> {
+        if !(0..=CUTILE_MAX_OCCUPANCY).contains(&occupancy) {
+            return Err(OpError::invalid(format!(
+                "occupancy = {occupancy}: must be 0 (compiler's choice) to {CUTILE_MAX_OCCUPANCY}"
+            )));
+        }
+        if warps != 0 && (!(1..=CUTILE_MAX_WORKER_WARPS).contains(&warps) || warps & (warps - 1) != 0) {
+            return Err(OpError::invalid(format!(
+                "warps = {warps}: must be 0 (compiler's choice) or a power of two up to {CUTILE_MAX_WORKER_WARPS}"
+            )));
+        }
+        Ok(Self { occupancy, warps })
+    }
+
+    pub fn compile_options(self) -> CompileOptions {
+        let mut options = CompileOptions::default();
+        if self.occupancy > 0 {
+            options = options.occupancy(self.occupancy);
+        }
+        if self.warps > 0 {
+            options = options.num_worker_warps_per_cta(self.warps);
+        }
+        options
+    }
+}
+
+/// A launch's replay key: everything cutile specializes on or checks at launch,
+/// pointers aside (the kernel, its generics and options, the device, each tensor's
+/// dtype, extents, strides and pointer alignment as cutile's specialization takes
+/// it). Two launches with equal keys resolve to the same function and pass the same
+/// checks, so the second replays the first (crate::replay).
+#[derive(Clone, Debug)]
+pub struct Key(Vec<i64>);
+
+impl Key {
+    /// A key for `kernel` (its name in its cutile module; names are unique across ops) on `device`.
+    pub fn new(kernel: &str, device: i32) -> Self {
+        let mut h = DefaultHasher::new();
+        kernel.hash(&mut h);
+        let mut key = Vec::with_capacity(32);
+        key.extend([h.finish() as i64, i64::from(device)]);
+        Self(key)
+    }
+
+    /// Adds a value the launch specializes on (a generic, a derived extent).
+    pub fn with(mut self, value: impl Into<i64>) -> Self {
+        self.0.push(value.into());
+        self
+    }
+
+    pub fn hints(self, hints: Hints) -> Self {
+        self.with(hints.occupancy).with(hints.warps)
+    }
+
+    /// Adds a tensor: dtype, extents, strides and its pointer's alignment class.
+    pub fn tensor(mut self, t: &CheckedTensor) -> Self {
+        self.0.extend([t.dtype as i64, t.shape.len() as i64]);
+        self.0.extend(t.shape.iter().chain(&t.strides).map(|&v| i64::from(v)));
+        self.0.push(i64::from(DivHint::from_ptr(t.ptr).divisor));
+        self
+    }
+
+    /// A hash of the whole key, for the warm-start index's first-sight set.
+    fn signature(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.0.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// Enqueues one launch of `op`'s kernel on the caller's `stream` of `device`, without
+/// waiting for it. `values` are the launch's data pointers and the scalars its key
+/// does not pin, indexed as the op's replay `Args` name them. A launch equal to one
+/// recorded before (same key) is replayed; otherwise `first` launches it through
+/// cutile with the [`FirstLaunch`] it is given.
+pub fn enqueue(
+    op: &'static str,
+    kernel: &'static str,
+    key: Key,
+    device: i32,
+    stream: u64,
+    values: &[Value],
+    first: impl FnOnce(&FirstLaunch) -> OpResult<()>,
+) -> OpResult<()> {
+    let ctx = runtime::context(device)?;
+    if let Some(replay) = replay::get(&key.0) {
+        // SAFETY: the op checked its views against the extents the key records; the
+        // caller (torch) keeps the allocations and the stream alive, as for any launch.
+        return unsafe { replay.launch(stream, values) }.map_err(|e| runtime::launch_error(op, DeviceError::Driver(e)));
+    }
+    let stream = runtime::borrow_stream(&ctx, stream);
+    first(&FirstLaunch { ctx, stream, op, kernel, key })
+}
+
+/// A launch that was not recorded yet, for the op to make through cutile.
+pub struct FirstLaunch {
+    /// The device's primary context, bound to this thread.
+    pub ctx: Arc<Context>,
+    /// The caller's stream, borrowed.
+    pub stream: Arc<Stream>,
+    op: &'static str,
+    kernel: &'static str,
+    key: Key,
+}
+
+impl FirstLaunch {
+    /// Launches through cutile and records the launch for replay.
+    ///
+    /// `resolve(s)` yields cutile's key for this launch on stream `s` without
+    /// compiling (`specialize_on`); `run()` makes the launch (`async_on` on
+    /// `self.stream`); `replay()` gives the grid cutile derives and the kernel's
+    /// arguments in cutile's order, asked only when the launch is to be recorded.
+    pub fn run(
+        &self,
+        resolve: impl FnOnce(&Arc<Stream>) -> Result<TileFunctionKey, DeviceError>,
+        run: impl FnOnce() -> Result<(), DeviceError>,
+        replay: impl FnOnce() -> OpResult<((u32, u32, u32), Args)>,
+    ) -> OpResult<()> {
+        let resolved = warm_start::launch(&self.ctx, &self.stream, self.key.signature(), self.kernel, resolve, run)
+            .map_err(|e| runtime::launch_error(self.op, e))?;
+        if let Some(cutile_key) = resolved {
+            let (grid, args) = replay()?;
+            replay::record(&self.key.0, &cutile_key, grid, args);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::DType;
+
+    #[test]
+    fn configs_outside_tile_irs_domains_are_refused() {
+        assert!(check_block("block_m", 64).is_ok());
+        for bad in [0, 3, -4, CUTILE_MAX_BLOCK * 2] {
+            assert!(check_block("block_m", bad).unwrap_err().message.starts_with("block_m = "));
+        }
+        assert!(Hints::checked(0, 0).is_ok() && Hints::checked(CUTILE_MAX_OCCUPANCY, 32).is_ok());
+        assert!(Hints::checked(-1, 0).is_err() && Hints::checked(CUTILE_MAX_OCCUPANCY + 1, 0).is_err());
+        for bad in [3, 64, -8] {
+            assert!(Hints::checked(0, bad).unwrap_err().message.contains("power of two"));
+        }
+    }
+
+    #[test]
+    fn keys_differ_in_everything_cutile_specializes_on() {
+        let t = |ptr, stride| CheckedTensor { ptr, dtype: DType::F16, shape: vec![4, 8], strides: vec![stride, 1] };
+        let key = |kernel, device, ptr, stride| Key::new(kernel, device).with(64).tensor(&t(ptr, stride)).0;
+        let base = key("a", 0, 0x1000, 8);
+        assert_eq!(base, key("a", 0, 0x2000, 8)); // another 16-byte-aligned pointer: the same launch
+        assert_ne!(base, key("b", 0, 0x1000, 8));
+        assert_ne!(base, key("a", 1, 0x1000, 8));
+        assert_ne!(base, key("a", 0, 0x1002, 8)); // alignment class
+        assert_ne!(base, key("a", 0, 0x1000, 16));
+    }
+}
