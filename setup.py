@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata as md
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -112,6 +113,20 @@ def _require_cargo() -> None:
         )
 
 
+def _function_names(header: str) -> list[str]:
+    """The functions a header declares, parsed by pycparser (the C parser cffi itself uses)."""
+    import pycparser
+    from pycparser import c_ast
+
+    # cbindgen's header has no preprocessor beyond `#define`s and one comment, which cffi handles itself.
+    plain = re.sub(r"/\*.*?\*/", "", header, flags=re.S)
+    plain = "\n".join(line for line in plain.splitlines() if not line.lstrip().startswith("#"))
+    # Names matter here, not sizes: the <stdint.h> types it uses become plain typedefs.
+    stdint = sorted(set(re.findall(r"\b(?:u?int(?:8|16|32|64|ptr)_t|size_t|bool)\b", plain)))
+    tree = pycparser.CParser().parse("".join(f"typedef int {t};\n" for t in stdint) + plain)
+    return [d.name for d in tree.ext if isinstance(d, c_ast.Decl) and isinstance(d.type, c_ast.FuncDecl)]
+
+
 def write_cdef_module(header: Path, package_dir: Path) -> None:
     """Turn the generated header into `_cdef.py` (cffi out-of-line ABI mode) and `_abi_manifest.py`."""
     import cffi
@@ -121,13 +136,42 @@ def write_cdef_module(header: Path, package_dir: Path) -> None:
     ffi.cdef(text)
     ffi.set_source(f"{PACKAGE}._cdef", None)
     ffi.emit_python_code(str(package_dir / "_cdef.py"))
-    functions = sorted(k.split(" ", 1)[1] for k in ffi._parser._declarations if k.startswith("function "))
+    functions = sorted(_function_names(text))
     (package_dir / "_abi_manifest.py").write_text(
         '"""Generated at build time from cutile_kernels.h. Do not edit."""\n\n'
         f"FINGERPRINT = {hashlib.sha256(text.encode()).hexdigest()!r}\n"
         f"FUNCTIONS = {tuple(functions)!r}\n"
         f"HEADER = {HEADER!r}\n"
     )
+
+
+def write_exports_module(package_dir: Path) -> None:
+    """Write `_exports.py`: each op module's `__all__`, imported by name, so that the package
+    re-exports every op explicitly and a type checker sees their real signatures. Read from
+    the sources' syntax (nothing is imported at build time); an op adds a module, no list."""
+    ops = Path(__file__).resolve().parent / "python" / PACKAGE / "ops"
+    lines, names = [], []
+    for source in sorted([*ops.glob("*.py"), *ops.glob("*/__init__.py")]):
+        module = source.parent.name if source.name == "__init__.py" else source.stem
+        if module.startswith("_") or module == "ops":
+            continue
+        exported = _literal_all(source)
+        lines += [f"from .ops.{module} import {name} as {name}" for name in exported]
+        names += exported
+    (package_dir / "_exports.py").write_text(
+        '"""Generated at build time from each op module\'s __all__ (setup.py). Do not edit."""\n\n'
+        + "".join(f"{line}\n" for line in lines)
+        + f"\n__all__ = {sorted(names)!r}\n"
+    )
+
+
+def _literal_all(source: Path) -> list[str]:
+    import ast
+
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return [str(v) for v in ast.literal_eval(node.value)]
+    sys.exit(f"error: {source} has no literal __all__: an op module lists what it exports")
 
 
 class build_rust(_build_rust):
@@ -145,6 +189,7 @@ class build_rust(_build_rust):
         super().install_extension(ext, dylib_paths, build_artifact_dir)
         package_dir = Path(self.get_dylib_ext_path(ext, ext.name)).parent
         write_cdef_module(package_dir / HEADER, package_dir)
+        write_exports_module(package_dir)
 
 
 class bdist_wheel(_bdist_wheel):

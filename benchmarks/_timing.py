@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def flush_buffer() -> torch.Tensor:
     """256 MiB to zero before a timed call: more than the H200's L2, as triton.testing flushes."""
     return torch.empty(256 << 20, dtype=torch.int8, device="cuda")

@@ -22,14 +22,13 @@ import argparse
 import functools
 import statistics
 import time
-from typing import Any, Callable
-
-import torch
-
-from _peers import triton_softmax
-from _timing import flush_buffer, host_us_per_call, kernel_us
+from collections.abc import Callable
+from typing import Any
 
 import tilegym_cutile_rs
+import torch
+from _peers import triton_softmax
+from _timing import flush_buffer, host_us_per_call, kernel_us
 from tilegym_cutile_rs import _abi, _device, _library
 from tilegym_cutile_rs.ops import softmax as sm
 
@@ -79,7 +78,7 @@ def per_shape(shapes: str, dtypes: str) -> None:
         m, n = (int(v) for v in shape.split("x"))
         for dtype_name in dtypes.split(","):
             x = torch.randn(m, n, device="cuda", dtype=getattr(torch, dtype_name))
-            row = [f"{m} x {n}", dtype_name, str(sm.softmax_config(m, n, x.element_size()))]
+            row = [f"{m} x {n}", dtype_name, str(sm.softmax_config(m, n, x.dtype))]
             for f in fns.values():
                 fn = functools.partial(f, x)
                 for _ in range(3):  # compile (or load from the kernel cache) and make the plan first
@@ -100,7 +99,7 @@ def host_split(calls: int = 20000) -> None:
     x = torch.randn(1, 256, device="cuda")
     y = torch.empty_like(x)
     lib = _library.library()
-    config = sm.softmax_config(1, 256, 4)
+    config = sm.softmax_config(1, 256, torch.float32)
     xd, yd = _abi.tensor_desc(x), _abi.tensor_desc(y)
     stream = _device.current_stream(0)
     parts: list[tuple[str, Callable[[], Any]]] = [

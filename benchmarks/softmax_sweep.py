@@ -19,9 +19,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
-
 from _timing import kernel_us
-
 from tilegym_cutile_rs.ops import softmax as sm
 
 SHAPES = "8192x256,8192x1024,8192x4096,4096x8192,4096x16384,2048x32768,256x256,256x2048,256x32768,256x9,256x1009"
@@ -49,9 +47,9 @@ def main() -> None:
             return f"failed: {type(exc).__name__}: {str(exc)[:60]}"
         return None
 
-    jobs = [(case, c) for case in cases for c in sm.softmax_candidates(case[2].shape[0], case[2].shape[1], case[2].element_size())]
+    jobs = [(case, c) for case in cases for c in sm.softmax_candidates(case[2].shape[0], case[2].shape[1], case[2].dtype)]
     with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 4) - 2)) as pool:
-        failures = dict(zip([(id(case[2]), c) for case, c in jobs], pool.map(lambda job: compile_and_check(*job), jobs)))
+        failures = dict(zip([(id(case[2]), c) for case, c in jobs], pool.map(lambda job: compile_and_check(*job), jobs), strict=True))
     print(f"device: {torch.cuda.get_device_name()}; {len(jobs)} configs compiled\n")
     print("| shape | dtype | torch | heuristic | best | configs (block_m, block_n, occupancy, warps): GB/s |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -60,21 +58,21 @@ def main() -> None:
         m, n = x.shape
         nbytes = 2 * x.numel() * x.element_size()
 
-        def gbs(fn) -> float:
+        def gbs(fn, nbytes: int = nbytes) -> float:
             return nbytes / (kernel_us(fn, reps=10, flush=True) * 1e-6) / 1e9
 
         results: dict = {}
-        for config in sm.softmax_candidates(m, n, x.element_size()):
+        for config in sm.softmax_candidates(m, n, x.dtype):
             failed = failures[(id(x), config)]
-            results[config] = failed if failed else gbs(lambda c=config: sm.softmax(x, config=c))
+            results[config] = failed if failed else gbs(lambda c=config, x=x: sm.softmax(x, config=c))
         timed = {c: v for c, v in results.items() if isinstance(v, float)}
         best = max(timed, key=timed.__getitem__)
-        heuristic = sm.softmax_config(m, n, x.element_size())
+        heuristic = sm.softmax_config(m, n, x.dtype)
         cells = ", ".join(
             f"{'**' if c == best else ''}{c}: {v:.0f}{'**' if c == best else ''}" if isinstance(v, float) else f"{c}: {v}"
             for c, v in sorted(results.items())
         )
-        print(f"| {shape} | {dtype_name} | {gbs(lambda: torch.softmax(x, -1)):.0f} | {heuristic}: "
+        print(f"| {shape} | {dtype_name} | {gbs(lambda x=x: torch.softmax(x, -1)):.0f} | {heuristic}: "
               f"{timed.get(heuristic, float('nan')):.0f} | {best}: {timed[best]:.0f} | {cells} |", flush=True)
 
 

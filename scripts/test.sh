@@ -45,9 +45,12 @@ export CUDA_TOOLKIT_PATH=$build_site/nvidia/cu13 LIBCLANG_PATH=$build_site/clang
 export BINDGEN_EXTRA_CLANG_ARGS="-isystem $(${CC:-cc} -print-file-name=include)"
 export CUTILE_TILEIRAS_PATH=$kit/bin/tileiras PATH=$kit/bin:$PATH
 
-echo "== lint: ruff, rustfmt, clippy"
-"$py" -m pip install -q "ruff==0.14.9"
+echo "== lint: ruff, rustfmt, clippy; mypy --strict on the installed package"
+"$py" -m pip install -q "ruff==0.14.9" "mypy==2.4.1"
 .venv/bin/ruff check python tests benchmarks setup.py
+# The installed package, not python/: it holds the modules the build generates.
+root=$PWD
+(cd "$(mktemp -d)" && "$root/.venv/bin/mypy" --config-file "$root/pyproject.toml" -p tilegym_cutile_rs)
 cargo fmt --all --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
-
 import tilegym_cutile_rs
+import torch
 from tilegym_cutile_rs import _abi, _library
 from tilegym_cutile_rs.errors import DeviceError
 
@@ -17,7 +16,7 @@ def desc(lib, shape, strides=None, dtype=None, ptr=0x1000):  # type: ignore[no-u
     d.ptr = ptr
     d.ndim = len(shape)
     strides = strides or [int(torch.tensor(shape[i + 1 :]).prod()) for i in range(len(shape))]
-    for i, (s, st) in enumerate(zip(shape, strides)):
+    for i, (s, st) in enumerate(zip(shape, strides, strict=True)):
         d.shape[i] = s
         d.strides[i] = st
     d.dtype = lib.CUTILE_DTYPE_F32 if dtype is None else dtype

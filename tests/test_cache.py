@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tilegym_cutile_rs import _cache, _toolchain
 
 try:

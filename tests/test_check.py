@@ -10,14 +10,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from tilegym_cutile_rs import check
 
 from .conftest import HAS_GPU
 
 
 def run_check(*args: str, env: dict[str, str] | None = None, prelude: str = "") -> subprocess.CompletedProcess[str]:
-    code = textwrap.dedent(prelude) + "\nfrom tilegym_cutile_rs.check import main\nraise SystemExit(main(%r))" % (list(args),)
+    code = textwrap.dedent(prelude) + f"\nfrom tilegym_cutile_rs.check import main\nraise SystemExit(main({list(args)!r}))"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -131,3 +130,22 @@ def test_help_documents_exit_codes() -> None:
     assert out.returncode == 0
     for code in ("0 ", "2 ", "3 ", "4 ", "5 ", "6 "):
         assert f"  {code}" in out.stdout
+
+
+@pytest.mark.skipif(HAS_GPU, reason="needs a machine without an NVIDIA driver")
+def test_every_op_brings_its_smoke_run_and_a_failing_one_is_reported() -> None:
+    # A fake sm_90 GPU passes the driver and toolchain checks (tileiras compiles without a
+    # GPU), then each op's own smoke run fails in its subprocess, where torch finds no GPU:
+    # one failed line per op the package has, exit code 5, the others not hidden.
+    from tilegym_cutile_rs import _op
+
+    out = run_check("--json", prelude=_fake_driver_prelude())
+    report = json.loads(out.stdout)
+    by_name = {c["name"]: c for c in report["checks"]}
+    if by_name.get("compile sm_90", {}).get("status") != "ok":
+        pytest.skip(f"no Tile IR toolchain for sm_90 here: {by_name.get('compile sm_90')}")
+    assert report["exit_code"] == check.EXIT_KERNEL, out.stdout
+    for name in _op.ops():
+        smoke = by_name[f"{name} gpu 0"]
+        assert smoke["status"] == "failed" and smoke["exit_code"] == check.EXIT_KERNEL, smoke
+        assert "Error" in smoke["detail"] and smoke["remedy"], smoke

@@ -10,9 +10,8 @@ import sys
 import threading
 
 import pytest
-import torch
-
 import tilegym_cutile_rs
+import torch
 from tilegym_cutile_rs import _abi
 from tilegym_cutile_rs.errors import DeviceError
 

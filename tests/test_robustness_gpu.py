@@ -14,11 +14,10 @@ import threading
 from pathlib import Path
 
 import pytest
+import tilegym_cutile_rs
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import tilegym_cutile_rs
 from tilegym_cutile_rs import _cache, _toolchain
 
 from .conftest import make_standin_tileiras

@@ -4,12 +4,11 @@ long rows, many rows, any rank and dim, strided inputs, streams and graphs."""
 from __future__ import annotations
 
 import pytest
-import torch
-
 import tilegym_cutile_rs
-from tilegym_cutile_rs import _abi, _cache, _device, _library
+import torch
+from tilegym_cutile_rs import _abi, _cache, _device, _library, _op
 from tilegym_cutile_rs.ops import softmax as softmax_module
-from tilegym_cutile_rs.ops.softmax import softmax_config
+from tilegym_cutile_rs.ops.softmax import SoftmaxConfig, softmax_config
 
 pytestmark = pytest.mark.gpu
 
@@ -77,8 +76,8 @@ def test_non_contiguous_inputs() -> None:
     check(base.t(), dim=0)
 
 
-def plan_for(x: torch.Tensor, dim: int = -1) -> softmax_module._Plan | None:
-    return softmax_module._plans().get((x.shape, x.stride(), x.dtype, x.get_device(), dim))
+def plan_for(x: torch.Tensor, dim: int = -1) -> _op.Plan | None:
+    return softmax_module.plans.get((x.shape, x.stride(), x.dtype, x.get_device(), dim))
 
 
 def test_repeated_calls_take_each_call_s_data() -> None:
@@ -163,13 +162,13 @@ def test_a_tuned_decision_replaces_the_plan(monkeypatch: pytest.MonkeyPatch) -> 
     check(x)
     check(x)
     heuristic = plan_for(x)
-    assert heuristic is not None and heuristic.what[-1] == softmax_config(41, 1501, 4)
-    tuned = (2, 2048, 1, 8)
-    monkeypatch.setattr(softmax_module, "_choose_uncached", lambda x2, index, autotune: (tuned, True))
+    assert heuristic is not None and heuristic.args == softmax_config(41, 1501, torch.float32)
+    tuned = SoftmaxConfig(2, 2048, 1, 8)
+    monkeypatch.setattr(softmax_module.chooser, "_decide", lambda *args: (tuned, True))
     torch.testing.assert_close(tilegym_cutile_rs.softmax(x, autotune=True), reference(x), **TOL[torch.float32])
     check(x)
     check(x)
-    assert plan_for(x).what[-1] == tuned
+    assert plan_for(x).args == tuned
 
 
 def test_extreme_values() -> None:

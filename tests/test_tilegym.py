@@ -12,10 +12,10 @@ test_register_without_a_gpu_says_why covers the unpatched case."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
-import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -161,9 +161,9 @@ def test_unknown_tilegym_kwargs_are_ignored_with_a_warning(tmp_path: Path) -> No
         import logging, torch
         records = []
         logging.getLogger("tilegym_cutile_rs").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r.getMessage())})())
-        from tilegym_cutile_rs.ops.softmax import TILEGYM_OPS
+        from tilegym_cutile_rs.ops.softmax import OP
         try:
-            TILEGYM_OPS["softmax"](torch.randn(2, 2), some_future_flag=3)
+            OP.tilegym["softmax"](torch.randn(2, 2), some_future_flag=3)
         except ValueError as exc:
             error = str(exc)
         print(json.dumps({"records": records, "error": error}))
@@ -210,9 +210,8 @@ def registered() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,n,dtype", TILEGYM_CASES)
 def test_tilegym_softmax_parametrization_on_cutile_rs(registered: None, m: int, n: int, dtype: str) -> None:
-    import torch
-
     import tilegym
+    import torch
 
     previous = tilegym.get_current_backend()
     tilegym.set_backend("cutile-rs")

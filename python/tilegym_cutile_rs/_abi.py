@@ -10,7 +10,7 @@ from . import _library
 from .errors import CutileError, DeviceError, InternalError, KernelLaunchError, ToolchainError
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dtype_codes() -> dict[Any, int]:
     import torch
 
@@ -22,11 +22,17 @@ def _dtype_codes() -> dict[Any, int]:
     }
 
 
+def dtype_code(dtype: Any) -> int:
+    """The library's code for a torch dtype (a TypeError for one no kernel takes)."""
+    code = _dtype_codes().get(dtype)
+    if code is None:
+        raise TypeError(f"dtype {dtype} has no kernel; use float32, float16 or bfloat16")
+    return code
+
+
 def tensor_desc(t: Any) -> Any:
     """A `TensorDesc *` describing `t` (kept alive by the returned cdata)."""
-    code = _dtype_codes().get(t.dtype)
-    if code is None:
-        raise TypeError(f"dtype {t.dtype} has no kernel; use float32, float16 or bfloat16")
+    code = dtype_code(t.dtype)
     lib = _library.library()
     if t.dim() > lib.CUTILE_MAX_DIMS:
         raise ValueError(f"{t.dim()} dims exceed the {lib.CUTILE_MAX_DIMS} a TensorDesc holds")

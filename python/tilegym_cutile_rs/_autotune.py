@@ -18,11 +18,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from . import _cache
 
 ENABLE_ENV = "TILEGYM_CUTILE_RS_AUTOTUNE"
+ConfigT = TypeVar("ConfigT", bound=tuple[int, ...])
 # GPU clock cycles to sleep before the timed runs: a few ms, longer than the host takes to queue them.
 _QUEUE_CYCLES = 10_000_000
 FORMAT = 1
@@ -95,13 +96,7 @@ def record(key: str, config: Sequence[int]) -> None:
         log.warning("could not save the autotuning decision for %s in %s: %s", key, path, exc)
 
 
-def tune(
-    key: str,
-    candidates: Sequence[tuple[int, ...]],
-    run: Callable[[tuple[int, ...]], Any],
-    *,
-    reps: int = 20,
-) -> tuple[int, ...]:
+def tune(key: str, candidates: Sequence[ConfigT], run: Callable[[ConfigT], object], *, reps: int = 20) -> ConfigT:
     """Time each candidate with CUDA events on the current stream (runs queued behind a GPU
     sleep, so host launch time does not count); record and return the fastest.
 
@@ -112,17 +107,18 @@ def tune(
     if not candidates:
         raise ValueError("autotune needs at least one candidate config")
     start = time.monotonic()
-    timings: dict[tuple[int, ...], float] = {}
+    timings: dict[ConfigT, float] = {}
     for config in candidates:
         try:
             run(config)  # compiles this variant (or loads it from the kernel cache)
             torch.cuda.synchronize()
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             for _ in range(3):
                 run(config)
             # The GPU sleeps while the host queues the timed runs, so the events time
             # the kernels back to back, not the host's launch rate (which small shapes hit).
-            torch.cuda._sleep(_QUEUE_CYCLES)
+            torch.cuda._sleep(_QUEUE_CYCLES)  # type: ignore[no-untyped-call]
             begin.record()
             for _ in range(reps):
                 run(config)
@@ -142,9 +138,3 @@ def tune(
     record(key, best)
     return best
 
-
-def forget_in_memory() -> None:
-    """Drop this process's view of the decisions (tests; after `cache clear`)."""
-    global _decisions
-    with _lock:
-        _decisions = None

@@ -66,7 +66,7 @@ def capacity() -> int:
     m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)i?b?\s*", value.lower())
     if not m:
         raise ValueError(f"{SIZE_ENV}={value!r}: expected a size such as 500M or 4G")
-    return int(m.group(1)) * 1024 ** "_kmgt".index(m.group(2) or "_")
+    return int(m.group(1)) << (10 * "_kmgt".index(m.group(2) or "_"))
 
 
 def private_dir(path: Path) -> Path:
@@ -161,8 +161,7 @@ def read_entry(path: Path) -> Entry:
         payload_len = int.from_bytes(data[88:96], "little")
         names_end = _HEADER_LEN + gpu_len + fp_len
         gpu = data[_HEADER_LEN : _HEADER_LEN + gpu_len].decode(errors="replace")
-        tool = data[_HEADER_LEN + gpu_len : names_end].decode(errors="replace").strip().splitlines()[-1:] or [""]
-        tool = tool[0]
+        tool = (data[_HEADER_LEN + gpu_len : names_end].decode(errors="replace").strip().splitlines() or [""])[-1]
         payload = data[names_end:]
         valid = len(payload) == payload_len and hashlib.sha256(payload).digest() == payload_sha
     return Entry(path, st.st_size, st.st_mtime, gpu, tool, valid)

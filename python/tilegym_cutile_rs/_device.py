@@ -8,7 +8,7 @@ from typing import Any
 from . import _cache, _library, _toolchain
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def prepare(index: int) -> tuple[int, int]:
     """Check the toolchain can target device `index` and install the kernel cache;
     return the device's (major, minor) capability."""
@@ -21,7 +21,7 @@ def prepare(index: int) -> tuple[int, int]:
     return capability
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def name(index: int) -> str:
     """Device model and architecture, e.g. "NVIDIA H200 sm_90" (autotuning decisions key on it)."""
     import torch
@@ -30,14 +30,7 @@ def name(index: int) -> str:
     return f"{torch.cuda.get_device_name(index)} sm_{major}{minor}"
 
 
-@functools.lru_cache(maxsize=None)
-def sm_count(index: int) -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def raw_stream_getter() -> Any:
     """torch's function from a device index to its current CUstream handle."""
     import torch
@@ -48,7 +41,7 @@ def raw_stream_getter() -> Any:
 
 def current_stream(index: int) -> int:
     """The CUstream handle of torch's current stream on device `index`."""
-    return raw_stream_getter()(index)
+    return int(raw_stream_getter()(index))
 
 
 def check_cuda_tensor(x: Any, op: str) -> None:

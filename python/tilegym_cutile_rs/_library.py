@@ -103,6 +103,16 @@ def library() -> Any:
     return _lib
 
 
+def ops() -> list[str]:
+    """The ops compiled into the library, in name order (`cutile_ops_list`)."""
+    return str(ffi().string(library().cutile_ops_list()).decode()).split(",")
+
+
+def loaded() -> bool:
+    """Whether library() has loaded the library in this process."""
+    return _lib is not None
+
+
 def ffi() -> Any:
     from ._cdef import ffi as _ffi
 
@@ -110,4 +120,4 @@ def ffi() -> Any:
 
 
 def last_error() -> str:
-    return ffi().string(library().cutile_last_error()).decode(errors="replace")
+    return str(ffi().string(library().cutile_last_error()).decode(errors="replace"))

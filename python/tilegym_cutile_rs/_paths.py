@@ -6,6 +6,5 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LIBRARY_NAME = "libcutile_kernels.so"
-HEADER_NAME = "cutile_kernels.h"
 # Kernel developers may point at another build; the fingerprint check still applies.
 LIBRARY_ENV = "TILEGYM_CUTILE_RS_LIBRARY"

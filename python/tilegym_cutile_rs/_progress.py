@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 TIMEOUT_ENV = "TILEGYM_CUTILE_RS_COMPILE_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0
@@ -27,7 +28,7 @@ log = logging.getLogger("tilegym_cutile_rs")
 
 # thread id -> [start, what, reported, killed]; begin()/end() fill it, and an op's
 # per-call fast path sets and pops its own thread's slot directly.
-inflight: dict[int, list] = {}
+inflight: dict[int, list[Any]] = {}
 _thread: threading.Thread | None = None
 _start_lock = threading.Lock()
 _monotonic, _get_ident = time.monotonic, threading.get_ident  # per-call path: skip two lookups
@@ -97,7 +98,7 @@ def _watch() -> None:
                     log.error("%s: killed tileiras after %.0f s (%s)", _describe(what), age, TIMEOUT_ENV)
 
 
-def _describe(what: tuple) -> str:
+def _describe(what: tuple[Any, ...]) -> str:
     return " ".join(str(part) for part in what)
 
 
@@ -110,7 +111,7 @@ def _ensure_thread() -> None:
                 _thread.start()
 
 
-def begin(what: tuple) -> list:
+def begin(what: tuple[Any, ...]) -> list[Any]:
     """Register the current thread's library call (`what`: op name and details, formatted
     only if reported). Returns its slot for end(); slot[3] says whether tileiras was killed."""
     if _thread is None:
@@ -120,11 +121,11 @@ def begin(what: tuple) -> list:
     return slot
 
 
-def end(slot: list) -> None:
+def end(slot: list[Any]) -> None:
     inflight.pop(_get_ident(), None)
 
 
-def timed_out_message(slot: list) -> str | None:
+def timed_out_message(slot: list[Any]) -> str | None:
     if slot[3]:
         return (
             f"tileiras did not finish within {timeout_s():.0f} s and was killed; raise {TIMEOUT_ENV} "

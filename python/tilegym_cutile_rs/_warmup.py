@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-
-def _op_modules() -> dict[str, Any]:
-    ops = importlib.import_module(f"{__package__}.ops")
-    found = {}
-    for info in pkgutil.iter_modules(ops.__path__):
-        module = importlib.import_module(f"{ops.__name__}.{info.name}")
-        if hasattr(module, "_warmup"):
-            found[info.name] = module
-    return found
+if TYPE_CHECKING:
+    import torch
 
 
 def warmup(
     shapes: Iterable[Sequence[int]],
-    dtypes: Iterable[Any] = ("float32", "float16", "bfloat16"),
+    dtypes: Iterable[str | torch.dtype] = ("float32", "float16", "bfloat16"),
     *,
     ops: Iterable[str] | None = None,
-    device: Any = None,
+    device: torch.device | str | int | None = None,
     autotune: bool = False,
 ) -> list[dict[str, Any]]:
     """Run each op once for every shape and dtype so its kernels are compiled (and,
@@ -37,27 +28,28 @@ def warmup(
     """
     import torch
 
-    from . import _cache
+    from . import _cache, _library, _op
 
-    modules = _op_modules()
-    names = list(modules) if ops is None else list(ops)
-    unknown = [n for n in names if n not in modules]
+    specs = _op.ops()
+    names = list(specs) if ops is None else list(ops)
+    unknown = [n for n in names if n not in specs]
     if unknown:
-        raise ValueError(f"no op named {', '.join(unknown)}; ops with warmup: {', '.join(sorted(modules))}")
-    device = torch.device(device if device is not None else "cuda")
+        raise ValueError(f"no op named {', '.join(unknown)}; ops: {', '.join(specs)}")
+    where = torch.device(device if device is not None else "cuda")
+    int_shapes, dtypes = [tuple(int(s) for s in shape) for shape in shapes], list(dtypes)
     report = []
     for name in names:
-        for shape in shapes:
+        for shape in int_shapes:
             for dtype in dtypes:
                 dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-                before = _cache.stats()["tileiras_runs"] if _cache_loaded() else 0
+                before = _cache.stats()["tileiras_runs"] if _library.loaded() else 0
                 start = time.perf_counter()
-                config = modules[name]._warmup(tuple(int(s) for s in shape), dt, device, autotune)
-                torch.cuda.synchronize(device)
+                config = specs[name].warmup(shape, dt, where, autotune)
+                torch.cuda.synchronize(where)
                 report.append(
                     {
                         "op": name,
-                        "shape": tuple(shape),
+                        "shape": shape,
                         "dtype": str(dt).replace("torch.", ""),
                         "config": config,
                         "seconds": round(time.perf_counter() - start, 3),
@@ -65,9 +57,3 @@ def warmup(
                     }
                 )
     return report
-
-
-def _cache_loaded() -> bool:
-    from . import _library
-
-    return _library._lib is not None

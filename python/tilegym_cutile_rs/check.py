@@ -10,7 +10,7 @@ Exit codes (the first failed check decides):
   2  no NVIDIA driver, no GPU, or a driver older than CUDA 13
   3  Tile IR toolchain missing, mixed, or unable to compile for this GPU
   4  kernel library missing, unloadable, or not matching the cdef manifest
-  5  a kernel smoke run failed or gave a wrong result
+  5  an op's smoke run failed or gave a wrong result
   6  Python environment: torch or cffi missing
 """
 
@@ -24,8 +24,10 @@ import platform
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+
+from .errors import ToolchainError
 
 EXIT_OK, EXIT_DRIVER, EXIT_TOOLCHAIN, EXIT_LIBRARY, EXIT_KERNEL, EXIT_ENVIRONMENT = 0, 2, 3, 4, 5, 6
 MIN_DRIVER_CUDA = 13000
@@ -98,14 +100,19 @@ def check_library() -> list[Result]:
     lib = _library.library()  # raises LibraryError / ABIMismatchError / StaleLibraryError
     man = _library.manifest()
     fp = _library.ffi().string(lib.cutile_abi_fingerprint()).decode()
+    from . import _op
+
     missing = [f for f in man.FUNCTIONS if not hasattr(lib, f)]
-    ops = _library.ffi().string(lib.cutile_ops_list()).decode()
+    ops = _library.ops()
+    python_ops = list(_op.ops())
     results = [Result("library", "ok", f"{path}, fingerprint {fp[:16]} matches the cdef manifest")]
+    reinstall = "reinstall: pip install --force-reinstall tilegym-cutile-rs"
     if missing:
-        results.append(Result("ops", "failed", f"manifest functions missing from the library: {missing}",
-                              "reinstall: pip install --force-reinstall tilegym-cutile-rs", EXIT_LIBRARY))
+        results.append(Result("ops", "failed", f"manifest functions missing from the library: {missing}", reinstall, EXIT_LIBRARY))
+    elif ops != python_ops:
+        results.append(Result("ops", "failed", f"the library has ops {ops}, the Python package {python_ops}", reinstall, EXIT_LIBRARY))
     else:
-        results.append(Result("ops", "ok", f"{ops} ({len(man.FUNCTIONS)} C functions)"))
+        results.append(Result("ops", "ok", f"{', '.join(ops)} ({len(man.FUNCTIONS)} C functions)"))
     return results
 
 
@@ -148,12 +155,16 @@ def check_driver(report: Report) -> list[Result]:
     return out
 
 
-def _subprocess(code: str, timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """Run `code` in a fresh interpreter; (exit code, its stdout, or its stderr when stdout is empty)."""
+def _subprocess(code: str, timeout: float, env: dict[str, str] | None = None, whole_stdout: bool = False) -> tuple[int, str]:
+    """Run `code` in a fresh interpreter; (exit code, its stdout, or its stderr when stdout is
+    empty; with `whole_stdout`, stdout followed by stderr when it failed)."""
     try:
         p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return -1, f"timed out after {timeout:.0f} s"
+    except subprocess.TimeoutExpired as exc:
+        partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        return -1, f"{partial}\ntimed out after {timeout:.0f} s" if whole_stdout else f"timed out after {timeout:.0f} s"
+    if whole_stdout:
+        return p.returncode, p.stdout + (p.stderr if p.returncode else "")
     return p.returncode, (p.stdout.strip() or p.stderr.strip())
 
 
@@ -168,7 +179,7 @@ def check_toolchain(report: Report) -> list[Result]:
     for arch, capability in sorted(archs.items()):
         try:
             _toolchain.require_arch(tc, capability)  # type: ignore[arg-type]
-        except _toolchain.ToolchainError as exc:
+        except ToolchainError as exc:
             out.append(Result(f"compile {arch}", "failed", str(exc), _remedy_for(exc), EXIT_TOOLCHAIN))
             continue
         rc, text = _subprocess(
@@ -188,20 +199,34 @@ def check_toolchain(report: Report) -> list[Result]:
 
 
 def check_smoke(report: Report) -> list[Result]:
+    """Every op's own smoke test (`OP.smoke`) on each GPU, in one subprocess per GPU."""
+    from . import _op
+
+    names = list(_op.ops())
     out = []
     for gpu in report.gpus:
         i = gpu["index"]
         rc, text = _subprocess(
             f"""
-            import torch, tilegym_cutile_rs
-            x = torch.randn(64, 1000, device="cuda:{i}")
-            y = tilegym_cutile_rs.softmax(x)
-            err = (y - torch.softmax(x, -1)).abs().max().item()
-            print(f"max abs error {{err:.2e}} vs torch.softmax")
-            raise SystemExit(0 if err < 1e-5 and y.device == x.device else 1)
-            """, SMOKE_TIMEOUT_S)
-        out.append(Result(f"softmax gpu {i}", "ok" if rc == 0 else "failed", text[-800:],
-                          "" if rc == 0 else "run the GPU tests (pytest -m gpu) and report the output", EXIT_KERNEL))
+            import json, torch
+            from tilegym_cutile_rs import _op
+            for name, spec in _op.ops().items():
+                try:
+                    print(json.dumps([name, True, spec.smoke(torch.device("cuda:{i}"))]), flush=True)
+                except Exception as exc:
+                    print(json.dumps([name, False, f"{{type(exc).__name__}}: {{exc}}"]), flush=True)
+            """, SMOKE_TIMEOUT_S, whole_stdout=True)
+        results: dict[str, tuple[bool, str]] = {}
+        for line in text.splitlines():
+            try:
+                name, ok, detail = json.loads(line)
+            except ValueError:
+                continue
+            results[name] = (bool(ok), str(detail))
+        for name in names:
+            ok, detail = results.get(name, (False, f"no result (the smoke process exited with {rc}): {text[-600:]}"))
+            out.append(Result(f"{name} gpu {i}", "ok" if ok else "failed", detail[-800:],
+                              "" if ok else "run the GPU tests (pytest -m gpu) and report the output", EXIT_KERNEL))
     return out
 
 
@@ -232,13 +257,13 @@ def run(smoke: bool = True) -> Report:
     _guard(report, "toolchain", EXIT_TOOLCHAIN, lambda: check_toolchain(report))
     _guard(report, "kernel cache", EXIT_OK, check_cache)
     if not smoke:
-        report.add(Result("softmax", "warning", "smoke run skipped (--no-smoke)"))
+        report.add(Result("smoke", "warning", "smoke runs skipped (--no-smoke)"))
     elif not report.gpus:
-        report.add(Result("softmax", "warning", "smoke run skipped: no GPU"))
+        report.add(Result("smoke", "warning", "smoke runs skipped: no GPU"))
     elif any(r.status == "failed" for r in report.results):
-        report.add(Result("softmax", "warning", "smoke run skipped: fix the failures above first"))
+        report.add(Result("smoke", "warning", "smoke runs skipped: fix the failures above first"))
     else:
-        _guard(report, "softmax", EXIT_KERNEL, lambda: check_smoke(report))
+        _guard(report, "smoke", EXIT_KERNEL, lambda: check_smoke(report))
     return report
 
 
@@ -248,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Check whether this machine can run the tilegym-cutile-rs kernels, and say how to fix it.",
         epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
-    parser.add_argument("--no-smoke", action="store_true", help="skip the softmax smoke run on each GPU")
+    parser.add_argument("--no-smoke", action="store_true", help="skip every op's smoke run on each GPU")
     args = parser.parse_args(argv)
     report = run(smoke=not args.no_smoke)
     if args.json:

@@ -10,7 +10,7 @@ itself. TileGym (`pip install 'tilegym-cutile-rs[tilegym]'`) has no plugin
 mechanism: register() adds our implementation to its dispatcher registry
 (`tilegym.backend.register_impl(op, backend="cutile-rs")`) and "cutile-rs" to
 its availability set, which TileGym fills once at import. It registers only the
-ops this package exports (an op module's TILEGYM_OPS), never points TileGym at
+ops this package exports (each op's `OP.tilegym`), never points TileGym at
 our library for anything else and never runs cargo. Ops we do not provide keep
 TileGym's behaviour: its own cutile-rs wrapper where it has one and can build
 it, else its dispatcher's fallback backend.
@@ -18,10 +18,9 @@ it, else its dispatcher's fallback backend.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 BACKEND = "cutile-rs"
 _lock = threading.Lock()
@@ -29,12 +28,12 @@ _registered: list[str] | None = None
 
 
 def provided_ops() -> dict[str, Callable[..., Any]]:
-    """TileGym op name -> our implementation, from every op module's TILEGYM_OPS."""
-    ops = importlib.import_module(f"{__package__}.ops")
+    """TileGym op name -> our implementation, from every op's `OP.tilegym`."""
+    from . import _op
+
     found: dict[str, Callable[..., Any]] = {}
-    for info in pkgutil.iter_modules(ops.__path__):
-        module = importlib.import_module(f"{ops.__name__}.{info.name}")
-        found.update(getattr(module, "TILEGYM_OPS", {}))
+    for spec in _op.ops().values():
+        found.update(spec.tilegym)
     return found
 
 

@@ -1,2 +1,3 @@
-"""One module per op. Each defines `__all__`; the package exports those names
-(see tilegym_cutile_rs.__getattr__), so adding an op adds a file here."""
+"""One module (or package) per op. Each defines a literal `__all__`, which the package
+re-exports (the build generates `_exports.py` from them), and `OP`, an `_op.OpSpec` that
+TileGym registration, warm-up and the check find (`_op.ops()`). Adding an op adds a file here."""

@@ -1,7 +1,7 @@
 //! C exports of softmax (read by the cdef generator).
 
 use super::launch::RowFamily;
-use crate::abi::{ffi_guard, DType, TensorDesc};
+use crate::abi::{ffi_guard, DType, OpError, TensorDesc, CUTILE_ERR_NULL_POINTER};
 
 /// Row families (`cutile_softmax_row_family`, launch.rs's `RowFamily`): rows of any length.
 pub const CUTILE_SOFTMAX_ROWS_PLAIN: i32 = 0;
@@ -42,19 +42,20 @@ pub unsafe extern "C" fn cutile_softmax(
     })
 }
 
-/// The kernel family (`CUTILE_SOFTMAX_ROWS_*`) that `m` rows of `n` elements of
-/// `dtype`, `row_stride` elements apart, take; the shape heuristic looks its
-/// tables up by it. A negative value is a status (unknown dtype).
+/// Writes to `family` the kernel family (`CUTILE_SOFTMAX_ROWS_*`) that `m` rows of
+/// `n` elements of `dtype`, `row_stride` elements apart, take; the shape heuristic
+/// looks its tables up by it. Returns a `CUTILE_*` status.
+///
+/// # Safety
+/// `family` must be null or point to a writable `int32_t`.
 #[no_mangle]
-pub extern "C" fn cutile_softmax_row_family(dtype: i32, m: i32, n: i32, row_stride: i32) -> i32 {
-    let mut family = 0;
-    let status = ffi_guard(|| {
-        family = RowFamily::of(DType::from_code(dtype)?, m, n, row_stride) as i32;
+pub unsafe extern "C" fn cutile_softmax_row_family(dtype: i32, m: i32, n: i32, row_stride: i32, family: *mut i32) -> i32 {
+    ffi_guard(|| {
+        if family.is_null() {
+            return Err(OpError::new(CUTILE_ERR_NULL_POINTER, "family is null"));
+        }
+        let found = RowFamily::of(DType::from_code(dtype)?, m, n, row_stride) as i32;
+        unsafe { family.write(found) };
         Ok(())
-    });
-    if status == 0 {
-        family
-    } else {
-        status
-    }
+    })
 }

@@ -1,0 +1,245 @@
+"""What every op shares, written once: the call into the library, config choice, plans, discovery.
+
+An op module (`ops/<op>.py`, or a package) keeps only what is its own: argument
+validation, how its tensors map to the kernel's views, its config type and
+heuristic, its TileGym adapter, warm-up and smoke test, declared in an `OP = OpSpec(...)`.
+Every C export takes `(TensorDesc *..., scalars..., config ints..., device, stream)`
+and returns a status; this module calls it with the watchdog (_progress) and turns a
+failure into the exception its status stands for (_abi.check_status).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from time import monotonic
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from . import _abi, _autotune, _device, _library, _progress, _toolchain
+
+if TYPE_CHECKING:
+    import torch
+
+# An op's config type: a NamedTuple class of ints, some fields with defaults.
+ConfigT = TypeVar("ConfigT", bound=tuple[int, ...])
+
+
+def _make(config_type: type[ConfigT], values: Sequence[int]) -> ConfigT:
+    made: ConfigT = config_type._make(values)  # type: ignore[attr-defined]
+    return made
+
+
+def device_index(t: torch.Tensor) -> int:
+    """The CUDA device index of `t` (a CUDA tensor's device always has one)."""
+    return t.get_device()
+
+
+def tensor_descs(*tensors: torch.Tensor) -> tuple[Any, ...]:
+    """A `TensorDesc *` for each tensor, in order (the cdata keeps each alive)."""
+    return tuple(_abi.tensor_desc(t) for t in tensors)
+
+
+def call(op: str, export: str, args: Sequence[Any], index: int, what: tuple[Any, ...]) -> None:
+    """Call the C export `export` with `args`, the device and its current stream, under the
+    watchdog; raise the exception a non-zero status stands for."""
+    function = getattr(_library.library(), export)
+    stream = _device.current_stream(index)
+    slot = _progress.begin(what)
+    try:
+        status = function(*args, index, stream)
+    finally:
+        _progress.end(slot)
+    if status != 0:
+        _abi.check_status(status, op, hint=_progress.timed_out_message(slot))
+
+
+class Plan:
+    """A repeated call's launch, prepared once per thread: the C export bound to this
+    call's descriptors and scalars (only the descriptors' data pointers change per call).
+    The library checks every descriptor again, so a plan can cost time, never safety."""
+
+    __slots__ = ("descs", "args", "launch", "stream", "index", "what", "thread", "made_in", "op", "torch", "dense")
+
+    def __init__(
+        self, op: str, export: str, tensors: Sequence[torch.Tensor], args: Sequence[Any], index: int, made_in: int
+    ) -> None:
+        import torch
+
+        self.torch = torch  # the fast path runs without an `import torch` statement
+        self.op, self.index, self.made_in = op, index, made_in
+        self.descs, self.args = tensor_descs(*tensors), tuple(args)
+        # The descriptors first, then the op's scalars and config; device and stream are appended per call.
+        self.launch = functools.partial(getattr(_library.library(), export), *self.descs, *args, index)
+        self.stream = _device.raw_stream_getter()
+        self.what = (op, tensors[0].dtype, tuple(tensors[0].shape), "args", self.args)
+        self.thread = threading.get_ident()
+        # empty_like is several us cheaper than torch.empty(shape, dtype=, device=) and gives
+        # a contiguous output only for a contiguous input: ops that allocate like the input use it.
+        self.dense = tensors[0].is_contiguous()
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        for desc, t in zip(self.descs, tensors, strict=True):
+            desc.ptr = t.data_ptr()
+        # The watchdog's slot, set inline (the slow path that made this plan started its thread).
+        slot = _progress.inflight[self.thread] = [monotonic(), self.what, False, False]
+        try:
+            status = self.launch(self.stream(self.index))
+        finally:
+            del _progress.inflight[self.thread]
+        if status != 0:
+            _abi.check_status(status, self.op, hint=_progress.timed_out_message(slot))
+
+
+_NO_PLANS: dict[Any, Plan] = {}  # what a thread without plans looks up; never written
+
+
+class Plans:
+    """One op's plans, per thread (their descriptors are mutated per call), keyed by
+    everything that makes two calls the same launch; dropped whenever a config decision changes."""
+
+    MAX = 1024
+
+    def __init__(self, op: str, export: str) -> None:
+        self.op, self.export = op, export
+        self.generation = 0
+        self._local = threading.local()
+
+    def _table(self) -> dict[Any, Plan]:
+        try:
+            table: dict[Any, Plan] = self._local.plans
+        except AttributeError:
+            table = self._local.plans = {}
+        return table
+
+    def get(self, key: Any) -> Plan | None:
+        """This thread's plan for `key`, if it is still current (the per-call fast path)."""
+        plan: Plan | None = getattr(self._local, "plans", _NO_PLANS).get(key)
+        return plan if plan is not None and plan.made_in == self.generation else None
+
+    def make(self, key: Any, tensors: Sequence[torch.Tensor], args: Sequence[Any], index: int) -> Plan:
+        table = self._table()
+        if len(table) >= self.MAX:
+            table.clear()
+        plan = table[key] = Plan(self.op, self.export, tensors, args, index, self.generation)
+        return plan
+
+    def invalidate(self) -> None:
+        self.generation += 1
+
+
+class Chooser(Generic[ConfigT]):
+    """An op's config choice: an explicit config, else a decision autotuned earlier for
+    the call's shape class (kept in the kernel cache directory), else the heuristic;
+    `autotune=True` (or TILEGYM_CUTILE_RS_AUTOTUNE=1) tunes a shape class on first use.
+    Decisions are memoised in process per exact problem: the per-call fast path."""
+
+    MEMO_MAX = 4096
+
+    def __init__(self, op: str, config_type: type[ConfigT], plans: Plans | None = None) -> None:
+        self.op, self.config_type, self.plans = op, config_type, plans
+        self._memo: dict[Any, tuple[ConfigT, bool]] = {}
+
+    def choose(
+        self,
+        problem: Any,
+        shape_class: Callable[[], str],
+        heuristic: Callable[[], ConfigT],
+        candidates: Callable[[], Sequence[ConfigT]],
+        tuner: Callable[[], Callable[[ConfigT], object]],
+        autotune: bool,
+    ) -> ConfigT:
+        """The config for `problem` (a hashable key: device, dtype, extents, whatever the
+        heuristic reads). `tuner()` returns a function that launches one candidate."""
+        found = self._memo.get(problem)
+        if found is None or (autotune and not found[1]):
+            if found is not None and self.plans is not None:
+                self.plans.invalidate()  # a tuned decision replaces the heuristic's
+            found = self._decide(shape_class(), heuristic, candidates, tuner, autotune)
+            if len(self._memo) >= self.MEMO_MAX:
+                self._memo.clear()
+            self._memo[problem] = found
+        return found[0]
+
+    def _decide(
+        self,
+        key: str,
+        heuristic: Callable[[], ConfigT],
+        candidates: Callable[[], Sequence[ConfigT]],
+        tuner: Callable[[], Callable[[ConfigT], object]],
+        autotune: bool,
+    ) -> tuple[ConfigT, bool]:
+        stored = _autotune.lookup(key)
+        fields: tuple[str, ...] = self.config_type._fields  # type: ignore[attr-defined]
+        if stored is not None and len(stored) == len(fields):  # other lengths: an older form, retune
+            return _make(self.config_type, stored), True
+        import torch
+
+        # Tuning synchronizes the device, which a CUDA graph capture forbids.
+        if not (autotune or _autotune.enabled_by_env()) or torch.cuda.is_current_stream_capturing():
+            return heuristic(), False
+        return _autotune.tune(key, list(candidates()), tuner()), True
+
+
+def check_config(config: object, config_type: type[ConfigT]) -> ConfigT:
+    """An explicit config as the op's config type: a tuple (or the type itself) of ints with at
+    least the fields that have no default. The library checks every value's range; said here
+    is only what depends on the toolchain (cutile's own compile error would name no fix)."""
+    fields: tuple[str, ...] = config_type._fields  # type: ignore[attr-defined]
+    defaults: dict[str, int] = config_type._field_defaults  # type: ignore[attr-defined]
+    required = len(fields) - len(defaults)
+    form = f"{config_type.__name__}({', '.join(fields)}), or a tuple of {required} to {len(fields)} ints"
+    try:
+        values = tuple(int(v) for v in config)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        raise TypeError(f"config must be {form}, got {config!r}") from None
+    if not required <= len(values) <= len(fields):
+        raise TypeError(f"config must be {form}, got {config!r}")
+    checked = _make(config_type, values + tuple(defaults[f] for f in fields[len(values) :]))
+    warps = getattr(checked, "warps", 0)
+    if warps:
+        lib = _library.library()
+        release = _toolchain.configure().release
+        if release < (13, 5) and not lib.CUTILE_WORKER_WARPS_BEFORE_TILEIRAS_13_5 >> warps & 1:
+            taken = [w for w in range(1, lib.CUTILE_MAX_WORKER_WARPS + 1) if lib.CUTILE_WORKER_WARPS_BEFORE_TILEIRAS_13_5 >> w & 1]
+            raise ValueError(
+                f"config warps = {warps}: tileiras {'.'.join(map(str, release))} takes 0 (its own choice) or "
+                f"{' or '.join(map(str, taken))} worker warps per CTA; other powers of two up to "
+                f"{lib.CUTILE_MAX_WORKER_WARPS} need tileiras 13.5 or newer"
+            )
+    return checked
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """What an op module declares as `OP`; registration, warm-up and the check find it there.
+
+    name: the op's name, as the library lists it (`cutile_ops_list`).
+    tilegym: TileGym op name -> our implementation with TileGym's signature.
+    warmup(shape, dtype, device, autotune): run the op once on an input of `shape`
+        (compiling, and with autotune tuning, its kernels); returns the config it used.
+    smoke(device): run the op on a small input, compare with torch; returns a one-line
+        result, raises AssertionError when the result is wrong.
+    """
+
+    name: str
+    tilegym: Mapping[str, Callable[..., Any]]
+    warmup: Callable[[tuple[int, ...], torch.dtype, torch.device, bool], object]
+    smoke: Callable[[torch.device], str]
+
+
+@functools.cache
+def ops() -> dict[str, OpSpec]:
+    """Every op this package has: the `OP` of each module under tilegym_cutile_rs.ops."""
+    package = importlib.import_module(f"{__package__}.ops")
+    found: dict[str, OpSpec] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_"):
+            continue
+        spec = getattr(importlib.import_module(f"{package.__name__}.{info.name}"), "OP", None)
+        if isinstance(spec, OpSpec):
+            found[spec.name] = spec
+    return dict(sorted(found.items()))
