@@ -34,17 +34,23 @@ LIBRARY = "libcutile_kernels.so"
 HEADER = "cutile_kernels.h"
 
 
-def _stable_copy(src: Path, name: str, stamp: str) -> Path:
-    """Copy a build input from the (temporary, per-build) isolated environment to
-    a fixed place under the cargo target dir. cuda-bindings' build script reruns
-    whenever CUDA_TOOLKIT_PATH/LIBCLANG_PATH change, so pointing them at a fresh
+def _stable_copy(src: Path, name: str, stamp: str, only: list[str] | None = None, root: Path | None = None) -> Path:
+    """Copy a build input (a directory, or the files `only` of it) from the (temporary,
+    per-build) isolated environment to a fixed place: under `root`, by default the cargo
+    target dir. cargo reruns build scripts and recompiles crates whenever a path they were
+    built with changes (cuda-bindings reads CUDA_TOOLKIT_PATH/LIBCLANG_PATH), so a fresh
     temp path each build would rebuild cutile from scratch on every `pip wheel`."""
     target = Path(os.environ.get("CARGO_TARGET_DIR", Path(__file__).resolve().parent / "target"))
-    dest = target / "build-inputs" / name
+    dest = (root or target / "build-inputs") / name
     marker = dest / ".stamp"
     if not (marker.is_file() and marker.read_text() == stamp):
         shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(src, dest)
+        if only is None:
+            shutil.copytree(src, dest, symlinks=True)
+        else:
+            dest.mkdir(parents=True)
+            for file in only:
+                shutil.copy2(src / file, dest / file)
         marker.write_text(stamp)
     return dest
 
@@ -82,7 +88,12 @@ def _use_zigbuild() -> bool:
     symbol versions. Sets CARGO and CARGO_BUILD_TARGET for setuptools-rust, which reads
     them when its commands start. Links natively (a linux_<arch> wheel) off Linux, with
     TILEGYM_CUTILE_RS_ZIGBUILD=0, when CARGO_BUILD_TARGET is already set, or when the two
-    packages are not installed (a `--no-build-isolation` build without them)."""
+    packages are not installed (a `--no-build-isolation` build without them).
+
+    Both run from stable copies under the target dir: cargo-zigbuild names its linker
+    wrappers (the CC and linker cargo fingerprints every crate with) after its own path,
+    and zig's libc headers land in build scripts' dependency files, so with pip's
+    per-build temporary paths every build recompiled every crate (docs/benchmarks.md)."""
     if sys.platform != "linux" or os.environ.get("TILEGYM_CUTILE_RS_ZIGBUILD", "1") == "0":
         return False
     if os.environ.get("CARGO_BUILD_TARGET"):
@@ -94,9 +105,14 @@ def _use_zigbuild() -> bool:
         return False
     if exe is None:
         return False
-    # cargo-zigbuild looks for `zig` on PATH; pip's build environment does not put it there.
-    os.environ["PATH"] = os.pathsep.join([str(Path(ziglang.__file__).parent), os.environ.get("PATH", "")])
-    os.environ["CARGO"] = exe
+    stamp = f"cargo-zigbuild=={md.version('cargo-zigbuild')} ziglang=={md.version('ziglang')}"
+    # Outside the source tree: zig names its libc headers relative to the working directory
+    # when they are under it, and build scripts run elsewhere (bindgen then misses stdlib.h).
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilegym-cutile-rs-build"
+    zig_dir = _stable_copy(Path(ziglang.__file__).parent, "ziglang", stamp, root=cache)
+    exe_dir = _stable_copy(Path(exe).parent, "cargo-zigbuild", stamp, only=[Path(exe).name], root=cache)
+    os.environ["CARGO_ZIGBUILD_ZIG_COMMAND"] = str(zig_dir / "zig")
+    os.environ["CARGO"] = str(exe_dir / Path(exe).name)
     os.environ["CARGO_BUILD_TARGET"] = f"{platform.machine()}-unknown-linux-gnu.{GLIBC}"
     return True
 
