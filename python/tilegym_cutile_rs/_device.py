@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import _cache, _library, _toolchain
+from . import _library
 
 
 @functools.cache
@@ -13,6 +13,8 @@ def prepare(index: int) -> tuple[int, int]:
     """Check the toolchain can target device `index` and install the kernel cache;
     return the device's (major, minor) capability."""
     import torch
+
+    from . import _cache, _toolchain  # imported at the first call: the toolchain lookup reads package metadata
 
     capability = torch.cuda.get_device_capability(index)
     toolchain = _toolchain.configure()

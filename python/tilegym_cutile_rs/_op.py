@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from . import _abi, _autotune, _device, _library, _progress, _toolchain
+from . import _abi, _device, _library, _progress
 
 if TYPE_CHECKING:
     import torch
@@ -172,6 +172,8 @@ class Chooser(Generic[ConfigT]):
         tuner: Callable[[], Callable[[ConfigT], object]],
         autotune: bool,
     ) -> tuple[ConfigT, bool]:
+        from . import _autotune  # at a first call, not at import
+
         stored = _autotune.lookup(key)
         fields: tuple[str, ...] = self.config_type._fields  # type: ignore[attr-defined]
         if stored is not None and len(stored) == len(fields):  # other lengths: an older form, retune
@@ -201,6 +203,8 @@ def check_config(config: object, config_type: type[ConfigT]) -> ConfigT:
     checked = _make(config_type, values + tuple(defaults[f] for f in fields[len(values) :]))
     warps = getattr(checked, "warps", 0)
     if warps:
+        from . import _toolchain
+
         lib = _library.library()
         release = _toolchain.configure().release
         if release < (13, 5) and not lib.CUTILE_WORKER_WARPS_BEFORE_TILEIRAS_13_5 >> warps & 1:
