@@ -1,30 +1,37 @@
-"""Build and import costs of the package.
+"""Build and import costs of the package, and the kernel developer's loop.
 
-    python benchmarks/build_bench.py
+    python benchmarks/build_bench.py [--skip-cold]
 
-Prints: cold `pip wheel .` time (fresh cargo target dir), no-op rebuild time
-(same target dir, nothing changed), wheel and library sizes, and the import
-time of the installed package (median of 5 fresh interpreters, minus bare
-interpreter start-up).
+Prints, in one table:
+- cold `pip wheel .` (a fresh cargo target dir) and the no-op rebuild (same target
+  dir, nothing changed), both through pip's isolated build environment;
+- the developer loop in a scratch virtual environment: `pip install -e .` once, then
+  again with nothing changed (no-op), then after one kernel file is touched (cargo
+  rebuilds the ops crate and relinks the library, as after an edit);
+- wheel and library sizes, and the import time of the installed package (median of
+  5 fresh interpreters, minus bare interpreter start-up).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import venv
 import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+KERNEL = ROOT / "crates" / "ops" / "src" / "ops" / "softmax" / "kernel.rs"
 
 
-def pip_wheel(out: Path, target: Path) -> float:
-    env = {**__import__("os").environ, "CARGO_TARGET_DIR": str(target)}
+def timed(cmd: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(out)], check=True, env=env)
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT)
     return time.perf_counter() - t0
 
 
@@ -38,25 +45,40 @@ def startup(code: str) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--skip-cold", action="store_true", help="reuse ./target instead of timing a cold build")
+    args = parser.parse_args()
+    rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        target = tmp_path / "target"
-        cold = pip_wheel(tmp_path / "w1", target)
-        noop = pip_wheel(tmp_path / "w2", target)
+        target = ROOT / "target" if args.skip_cold else tmp_path / "target"
+        env = {**os.environ, "CARGO_TARGET_DIR": str(target)}
+        wheel_cmd = [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w"]
+        if not args.skip_cold:
+            rows.append(("cold `pip wheel .` (fresh target dir)", f"{timed([*wheel_cmd, str(tmp_path / 'w1')], env):.0f} s"))
+        else:
+            timed([*wheel_cmd, str(tmp_path / "w1")], env)
+        rows.append(("no-op `pip wheel .` (same target dir)", f"{timed([*wheel_cmd, str(tmp_path / 'w2')], env):.0f} s"))
         wheel = next((tmp_path / "w2").glob("*.whl"))
         with zipfile.ZipFile(wheel) as z:
             lib = z.getinfo("tilegym_cutile_rs/libcutile_kernels.so")
-        print("| measure | value |")
-        print("| --- | --- |")
-        print(f"| cold `pip wheel .` (fresh target dir) | {cold:.0f} s |")
-        print(f"| no-op rebuild (same target dir) | {noop:.0f} s |")
-        print(f"| wheel size ({wheel.name}) | {wheel.stat().st_size / 2**20:.1f} MiB |")
-        print(f"| libcutile_kernels.so size | {lib.file_size / 2**20:.1f} MiB |")
+
+        venv.create(tmp_path / "dev", with_pip=True)
+        dev_pip = [str(tmp_path / "dev" / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "-e", str(ROOT)]
+        timed(dev_pip, env)  # the first editable build (its own profile flags: not timed)
+        rows.append(("no-op `pip install -e .`", f"{timed(dev_pip, env):.0f} s"))
+        KERNEL.touch()
+        rows.append((f"`pip install -e .` after touching {KERNEL.relative_to(ROOT)}", f"{timed(dev_pip, env):.0f} s"))
+        rows.append((f"wheel size ({wheel.name})", f"{wheel.stat().st_size / 2**20:.1f} MiB"))
+        rows.append(("libcutile_kernels.so size", f"{lib.file_size / 2**20:.1f} MiB"))
     base = startup("pass")
-    imp = startup("import tilegym_cutile_rs")
+    rows.append(("import tilegym_cutile_rs", f"{(startup('import tilegym_cutile_rs') - base) * 1e3:.0f} ms"))
     load = startup("from tilegym_cutile_rs import _library; _library.library()")
-    print(f"| import tilegym_cutile_rs | {(imp - base) * 1e3:.0f} ms |")
-    print(f"| import + load and check the library | {(load - base) * 1e3:.0f} ms |")
+    rows.append(("import + load and check the library", f"{(load - base) * 1e3:.0f} ms"))
+    print("| measure | value |")
+    print("| --- | --- |")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
 
 
 if __name__ == "__main__":
