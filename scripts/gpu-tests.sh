@@ -79,16 +79,19 @@ if [[ ${TESTS:-1} == 1 ]]; then
   fi
 fi
 
-# BENCHMARKS picks them (default: softmax first-call; sweep is the tile-config sweep,
-# profile splits kernel, launch-gap and host time).
-for bench in ${BENCHMARKS-softmax first-call}; do
-  echo "== benchmark $bench"
-  case $bench in
-    softmax) "$python" benchmarks/softmax_bench.py ${BENCH_ARGS:-} | tee "$results/benchmark.md" || status=1 ;;
-    first-call) "$python" benchmarks/first_call_bench.py | tee "$results/first-call.md" || status=1 ;;
-    sweep) "$python" benchmarks/softmax_sweep.py | tee "$results/sweep.md" || status=1 ;;
-    profile) "$python" benchmarks/softmax_profile.py | tee "$results/profile.md" || status=1 ;;
-    *) echo "unknown benchmark $bench" >&2; status=1 ;;
-  esac
+# BENCHMARKS names the scripts to run, as benchmarks/<name>.py or benchmarks/<name>_bench.py
+# (e.g. "softmax swiglu first_call softmax_sweep softmax_profile"); by default every
+# benchmarks/*_bench.py but the build one, so an op's benchmark runs once its file exists.
+# BENCH_ARGS go to each. Tables go to $RESULTS_DIR/<script>.md.
+default_benchmarks=$(cd benchmarks && ls ./*_bench.py | sed 's|^\./||; s|\.py$||' | grep -v '^build_bench$' | tr '\n' ' ')
+for bench in ${BENCHMARKS-$default_benchmarks}; do
+  script=benchmarks/$bench.py
+  [[ -f $script ]] || script=benchmarks/${bench//-/_}_bench.py
+  echo "== benchmark $bench ($script)"
+  if [[ ! -f $script ]]; then
+    echo "unknown benchmark $bench" >&2; status=1; continue
+  fi
+  # shellcheck disable=SC2086 # BENCH_ARGS holds several arguments
+  "$python" "$script" ${BENCH_ARGS:-} | tee "$results/$(basename "$script" .py).md" || status=1
 done
 exit $status

@@ -82,6 +82,7 @@ def test_register_makes_the_backend_available_and_routes_softmax(tmp_path: Path)
         import tilegym_cutile_rs.tilegym_backend as backend
         names = backend.register()
         again = backend.register()
+        provided = sorted(backend.provided_ops())
         tilegym.set_backend("cutile-rs")
         errors = {}
         for label, kwargs in [("plain", {}), ("tilegym kwargs", dict(use_tma=True, use_chunked=True, use_multi_wave=True))]:
@@ -97,6 +98,8 @@ def test_register_makes_the_backend_available_and_routes_softmax(tmp_path: Path)
             "before": before, "names": names, "again": again,
             "available": "cutile-rs" in selector.get_available_backends(),
             "impl": get_registry_info()["softmax"]["cutile-rs"],
+            "impls": {op: get_registry_info()[op]["cutile-rs"] for op in provided},
+            "provided": provided,
             "errors": errors,
             "bmm": has_backend_impl("bmm", "cutile-rs"),
             "spawned": [s for s in spawned if "cargo" in s],
@@ -105,7 +108,9 @@ def test_register_makes_the_backend_available_and_routes_softmax(tmp_path: Path)
         no_cargo_env(tmp_path),
     )
     assert out["before"] is False  # no cargo: TileGym alone does not offer cutile-rs
-    assert out["names"] == ["softmax"] and out["again"] == ["softmax"]
+    assert "softmax" in out["provided"] and out["names"] == out["provided"] == out["again"]
+    for op, impl in out["impls"].items():  # every op we provide routes to our module
+        assert impl.startswith("tilegym_cutile_rs.ops."), (op, impl)
     assert out["available"] is True
     assert out["impl"].startswith("tilegym_cutile_rs.ops.softmax.")
     for label in ("plain", "tilegym kwargs", "explicit"):
@@ -120,15 +125,18 @@ def test_other_ops_keep_tilegym_behaviour(tmp_path: Path) -> None:
         """
         import torch, tilegym
         from tilegym.backend import get_registry_info
-        before = {op: sorted(b) for op, b in get_registry_info().items()}
+        before = {op: {b: str(i) for b, i in impls.items()} for op, impls in get_registry_info().items()}
         import tilegym_cutile_rs.tilegym_backend as backend
         backend.register()
-        after = {op: sorted(b) for op, b in get_registry_info().items()}
-        print(json.dumps({"changed": sorted(op for op in after if after[op] != before.get(op))}))
+        after = {op: {b: str(i) for b, i in impls.items()} for op, impls in get_registry_info().items()}
+        print(json.dumps({
+            "changed": sorted(op for op in after if after[op] != before.get(op)),
+            "provided": sorted(backend.provided_ops()),
+        }))
         """,
         no_cargo_env(tmp_path),
     )
-    assert out["changed"] == ["softmax"]
+    assert out["changed"] == out["provided"]
 
 
 def test_importing_our_package_does_not_import_tilegym(tmp_path: Path) -> None:

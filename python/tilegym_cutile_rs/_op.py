@@ -65,7 +65,14 @@ class Plan:
     __slots__ = ("descs", "args", "launch", "stream", "index", "what", "thread", "made_in", "op", "torch", "dense")
 
     def __init__(
-        self, op: str, export: str, tensors: Sequence[torch.Tensor], args: Sequence[Any], index: int, made_in: int
+        self,
+        op: str,
+        export: str,
+        tensors: Sequence[torch.Tensor],
+        args: Sequence[Any],
+        index: int,
+        made_in: int,
+        dense: bool,
     ) -> None:
         import torch
 
@@ -77,13 +84,14 @@ class Plan:
         self.stream = _device.raw_stream_getter()
         self.what = (op, tensors[0].dtype, tuple(tensors[0].shape), "args", self.args)
         self.thread = threading.get_ident()
-        # empty_like is several us cheaper than torch.empty(shape, dtype=, device=) and gives
-        # a contiguous output only for a contiguous input: ops that allocate like the input use it.
-        self.dense = tensors[0].is_contiguous()
+        # Whether the op may allocate its output with empty_like of its input: several us
+        # cheaper than torch.empty(shape, dtype=, device=), but contiguous only for a contiguous input.
+        self.dense = dense
 
-    def __call__(self, *tensors: torch.Tensor) -> None:
-        for desc, t in zip(self.descs, tensors, strict=True):
-            desc.ptr = t.data_ptr()
+    def run(self, *pointers: int) -> None:
+        """Launch with these data pointers, one per descriptor, in order."""
+        for desc, ptr in zip(self.descs, pointers, strict=True):
+            desc.ptr = ptr
         # The watchdog's slot, set inline (the slow path that made this plan started its thread).
         slot = _progress.inflight[self.thread] = [monotonic(), self.what, False, False]
         try:
@@ -120,11 +128,13 @@ class Plans:
         plan: Plan | None = getattr(self._local, "plans", _NO_PLANS).get(key)
         return plan if plan is not None and plan.made_in == self.generation else None
 
-    def make(self, key: Any, tensors: Sequence[torch.Tensor], args: Sequence[Any], index: int) -> Plan:
+    def make(self, key: Any, tensors: Sequence[torch.Tensor], args: Sequence[Any], index: int, dense: bool) -> Plan:
+        """This thread's plan for `key`: the export bound to descriptors of `tensors` (in the
+        export's order) and `args`; `dense` as `Plan.dense`."""
         table = self._table()
         if len(table) >= self.MAX:
             table.clear()
-        plan = table[key] = Plan(self.op, self.export, tensors, args, index, self.generation)
+        plan = table[key] = Plan(self.op, self.export, tensors, args, index, self.generation, dense)
         return plan
 
     def invalidate(self) -> None:

@@ -69,7 +69,7 @@ def _forward(x: torch.Tensor, dim: int, config: Any, autotune: bool, plan_key: t
     config = _choose(x2, index, autotune) if config is None else _op.check_config(config, SoftmaxConfig)
     _launch(x2, y2, config, index)
     if plan_key is not None and dim == ndim - 1 and x.dim() > 0 and x2.data_ptr() == x.data_ptr():
-        plans.make(plan_key, (x2, y2), tuple(config), index)
+        plans.make(plan_key, (x2, y2), tuple(config), index, dense=x.is_contiguous())
     y = y2.view(moved.shape)
     if dim != ndim - 1:
         y = y.movedim(-1, dim).contiguous()
@@ -132,7 +132,7 @@ def softmax(
             ):
                 t = plan.torch
                 y: torch.Tensor = t.empty_like(x) if plan.dense else t.empty(x.shape, dtype=x.dtype, device=x.device)
-                plan(x, y)
+                plan.run(x.data_ptr(), y.data_ptr())
                 return y
     import torch
 
