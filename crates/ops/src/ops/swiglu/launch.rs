@@ -1,0 +1,243 @@
+//! Host side of swiglu: checks the views and enqueues the forward or backward
+//! kernel on the caller's stream (crate::launch) without waiting for it.
+
+use super::kernel::swiglu_kernels;
+use crate::abi::{CheckedTensor, DType, OpError, OpResult};
+use crate::launch::{self, check_block, FirstLaunch, Hints, Key};
+use crate::replay::{Args, Value};
+use cutile::half::{bf16, f16};
+use cutile::prelude::*;
+use cutile::tensor::KernelOutputStored;
+
+/// `[M, H]` inputs of one dtype, each read along unit-stride rows.
+fn check_inputs(names: &[&str], inputs: &[&CheckedTensor]) -> OpResult<(i32, i32, DType)> {
+    let first = inputs[0];
+    for (name, t) in names.iter().zip(inputs) {
+        if t.shape.len() != 2 {
+            return Err(OpError::invalid(format!("swiglu takes 2-D [rows, cols] views; {name} has {} dims", t.shape.len())));
+        }
+        if t.shape != first.shape {
+            return Err(OpError::invalid(format!("{name} shape {:?} differs from {} shape {:?}", t.shape, names[0], first.shape)));
+        }
+        if t.dtype != first.dtype {
+            return Err(OpError::invalid(format!("{name} dtype {:?} differs from {} dtype {:?}", t.dtype, names[0], first.dtype)));
+        }
+        if t.shape[1] > 1 && t.strides[1] != 1 {
+            return Err(OpError::invalid(format!("{name} must have unit stride along its last dim, got {:?}", t.strides)));
+        }
+    }
+    Ok((first.shape[0], first.shape[1], first.dtype))
+}
+
+fn check_config(block_m: i32, block_n: i32, occupancy: i32, warps: i32) -> OpResult<Hints> {
+    check_block("block_m", block_m)?;
+    check_block("block_n", block_n)?;
+    Hints::checked(occupancy, warps)
+}
+
+// The C export's flat scalar parameters, passed straight through.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(
+    y: &CheckedTensor,
+    a: &CheckedTensor,
+    b: &CheckedTensor,
+    block_m: i32,
+    block_n: i32,
+    occupancy: i32,
+    warps: i32,
+    device: i32,
+    stream: u64,
+) -> OpResult<()> {
+    let (m, h, dtype) = check_inputs(&["y", "a", "b"], &[y, a, b])?;
+    if m > 1 && y.strides[0] != h || h > 1 && y.strides[1] != 1 {
+        return Err(OpError::invalid(format!("y must be contiguous (strides [{h}, 1]), got {:?}", y.strides)));
+    }
+    let hints = check_config(block_m, block_n, occupancy, warps)?;
+    if m == 0 || h == 0 {
+        return Ok(());
+    }
+    const KERNEL: &str = "swiglu_forward";
+    let key = Key::new(KERNEL, device).with(block_m).with(block_n).hints(hints).tensor(y).tensor(a).tensor(b);
+    let values = [Value::Ptr(y.ptr), Value::Ptr(a.ptr), Value::Ptr(b.ptr)];
+    launch::enqueue("swiglu", KERNEL, key, device, stream, &values, |first| match dtype {
+        DType::F32 => forward_first::<f32>(first, y, a, b, [block_m, block_n], hints),
+        DType::F16 => forward_first::<f16>(first, y, a, b, [block_m, block_n], hints),
+        DType::BF16 => forward_first::<bf16>(first, y, a, b, [block_m, block_n], hints),
+    })
+}
+
+fn forward_first<T: cutile::DType>(
+    first: &FirstLaunch,
+    y: &CheckedTensor,
+    a: &CheckedTensor,
+    b: &CheckedTensor,
+    tile: [i32; 2],
+    hints: Hints,
+) -> OpResult<()> {
+    let ctx = &first.ctx;
+    // SAFETY: torch owns the allocations and keeps them alive while the work it
+    // ordered on the stream runs; y is an output nobody else writes meanwhile.
+    let tensors = || unsafe {
+        (
+            Tensor::<T>::borrow_raw_parts(y.ptr, ctx.clone(), y.shape.clone(), y.strides.clone()),
+            Tensor::<T>::borrow_raw_parts(a.ptr, ctx.clone(), a.shape.clone(), a.strides.clone()),
+            Tensor::<T>::borrow_raw_parts(b.ptr, ctx.clone(), b.shape.clone(), b.strides.clone()),
+        )
+    };
+    let generics = || vec![y.dtype.jit_name().to_string(), tile[0].to_string(), tile[1].to_string()];
+    let partition = tile.map(|t| t as usize);
+    first.run(
+        |s| {
+            let (mut yt, at, bt) = tensors();
+            let launcher = swiglu_kernels::swiglu_forward((&mut yt).partition(partition), &at, &bt);
+            launcher.generics(generics()).compile_options(hints.compile_options()).specialize_on(s).map(|k| k.into_l1_cache_key())
+        },
+        || {
+            let (mut yt, at, bt) = tensors();
+            let launcher = swiglu_kernels::swiglu_forward((&mut yt).partition(partition), &at, &bt);
+            // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
+            unsafe { launcher.generics(generics()).compile_options(hints.compile_options()).async_on(&first.stream) }
+                .map(|_| ())
+        },
+        || {
+            let (mut yt, _, _) = tensors();
+            let grid = KernelOutputStored::<T>::grid(&(&mut yt).partition(partition))
+                .map_err(|e| OpError::invalid(format!("swiglu launch grid: {e}")))?;
+            let args = Args::default()
+                .partition(0, &y.shape, &y.strides, &tile)
+                .tensor(1, &a.shape, &a.strides)
+                .tensor(2, &b.shape, &b.strides);
+            Ok((grid, args))
+        },
+    )
+}
+
+/// Checks the backward's output `dg`, an `[M, 2, H]` view with strides `[r, p, 1]`:
+/// rows and the two planes (da, db) must not overlap one another.
+fn check_gradients(dg: &CheckedTensor, m: i32, h: i32, dtype: DType) -> OpResult<()> {
+    if dg.shape != [m, 2, h] || dg.dtype != dtype {
+        return Err(OpError::invalid(format!(
+            "dg must be a [{m}, 2, {h}] view of dtype {dtype:?}, got {:?} of {:?}",
+            dg.shape, dg.dtype
+        )));
+    }
+    let (r, p) = (i64::from(dg.strides[0]), i64::from(dg.strides[1]));
+    let (m, h) = (i64::from(m), i64::from(h));
+    let unit = h <= 1 || dg.strides[2] == 1;
+    // Planes side by side in each row (silu_and_mul's dx), or one plane after the other.
+    let disjoint = p >= h && (m <= 1 || r >= p + h) || r >= h && p >= (m - 1) * r + h;
+    if !(unit && disjoint) {
+        return Err(OpError::invalid(format!(
+            "dg strides {:?} overlap: da and db need their own memory (an [M, 2H] row-major gradient or two planes)",
+            dg.strides
+        )));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    dg: &CheckedTensor,
+    dy: &CheckedTensor,
+    a: &CheckedTensor,
+    b: &CheckedTensor,
+    block_m: i32,
+    block_n: i32,
+    occupancy: i32,
+    warps: i32,
+    device: i32,
+    stream: u64,
+) -> OpResult<()> {
+    let (m, h, dtype) = check_inputs(&["dy", "a", "b"], &[dy, a, b])?;
+    check_gradients(dg, m, h, dtype)?;
+    let hints = check_config(block_m, block_n, occupancy, warps)?;
+    if m == 0 || h == 0 {
+        return Ok(());
+    }
+    const KERNEL: &str = "swiglu_backward";
+    let key = Key::new(KERNEL, device).with(block_m).with(block_n).hints(hints).tensor(dg).tensor(dy).tensor(a).tensor(b);
+    let values = [Value::Ptr(dg.ptr), Value::Ptr(dy.ptr), Value::Ptr(a.ptr), Value::Ptr(b.ptr)];
+    launch::enqueue("swiglu backward", KERNEL, key, device, stream, &values, |first| match dtype {
+        DType::F32 => backward_first::<f32>(first, [dg, dy, a, b], [block_m, block_n], hints),
+        DType::F16 => backward_first::<f16>(first, [dg, dy, a, b], [block_m, block_n], hints),
+        DType::BF16 => backward_first::<bf16>(first, [dg, dy, a, b], [block_m, block_n], hints),
+    })
+}
+
+fn backward_first<T: cutile::DType>(
+    first: &FirstLaunch,
+    [dg, dy, a, b]: [&CheckedTensor; 4],
+    [block_m, block_n]: [i32; 2],
+    hints: Hints,
+) -> OpResult<()> {
+    let ctx = &first.ctx;
+    // SAFETY: as in `forward_first`; dg is a fresh gradient buffer nobody else writes.
+    let tensor = |t: &CheckedTensor| unsafe { Tensor::<T>::borrow_raw_parts(t.ptr, ctx.clone(), t.shape.clone(), t.strides.clone()) };
+    let generics = || vec![dg.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
+    let tile = [block_m, 2, block_n];
+    let partition = tile.map(|t| t as usize);
+    first.run(
+        |s| {
+            let (mut gt, dyt, at, bt) = (tensor(dg), tensor(dy), tensor(a), tensor(b));
+            let launcher = swiglu_kernels::swiglu_backward((&mut gt).partition(partition), &dyt, &at, &bt);
+            launcher.generics(generics()).compile_options(hints.compile_options()).specialize_on(s).map(|k| k.into_l1_cache_key())
+        },
+        || {
+            let (mut gt, dyt, at, bt) = (tensor(dg), tensor(dy), tensor(a), tensor(b));
+            let launcher = swiglu_kernels::swiglu_backward((&mut gt).partition(partition), &dyt, &at, &bt);
+            // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
+            unsafe { launcher.generics(generics()).compile_options(hints.compile_options()).async_on(&first.stream) }
+                .map(|_| ())
+        },
+        || {
+            let mut gt = tensor(dg);
+            let grid = KernelOutputStored::<T>::grid(&(&mut gt).partition(partition))
+                .map_err(|e| OpError::invalid(format!("swiglu backward launch grid: {e}")))?;
+            let args = Args::default()
+                .partition(0, &dg.shape, &dg.strides, &tile)
+                .tensor(1, &dy.shape, &dy.strides)
+                .tensor(2, &a.shape, &a.strides)
+                .tensor(3, &b.shape, &b.strides);
+            Ok((grid, args))
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(dtype: DType, shape: &[i32], strides: &[i32]) -> CheckedTensor {
+        CheckedTensor { ptr: 0x1000, dtype, shape: shape.to_vec(), strides: strides.to_vec() }
+    }
+
+    #[test]
+    fn both_gradient_layouts_pass_and_overlapping_ones_are_refused() {
+        let (m, h) = (5, 7);
+        // silu_and_mul's dx [M, 2H] as [M, 2, H]; swiglu's [2, M, H] buffer as [M, 2, H].
+        assert!(check_gradients(&view(DType::BF16, &[m, 2, h], &[2 * h, h, 1]), m, h, DType::BF16).is_ok());
+        assert!(check_gradients(&view(DType::BF16, &[m, 2, h], &[h, m * h, 1]), m, h, DType::BF16).is_ok());
+        for strides in [[h, h, 1], [2 * h, 1, 1], [h, (m - 1) * h, 1], [2 * h, h, 2]] {
+            let err = check_gradients(&view(DType::BF16, &[m, 2, h], &strides), m, h, DType::BF16).unwrap_err();
+            assert!(err.message.contains("overlap"), "{strides:?}: {}", err.message);
+        }
+        assert!(check_gradients(&view(DType::F32, &[m, 2, h], &[2 * h, h, 1]), m, h, DType::BF16).is_err());
+        assert!(check_gradients(&view(DType::BF16, &[m, 2, h + 1], &[2 * h, h, 1]), m, h, DType::BF16).is_err());
+    }
+
+    #[test]
+    fn inputs_must_agree_and_read_unit_stride_rows() {
+        let a = view(DType::F16, &[3, 8], &[16, 1]);
+        assert_eq!(check_inputs(&["a", "b"], &[&a, &view(DType::F16, &[3, 8], &[8, 1])]).unwrap(), (3, 8, DType::F16));
+        let bad = [
+            (view(DType::F16, &[3, 9], &[16, 1]), "shape"),
+            (view(DType::BF16, &[3, 8], &[16, 1]), "dtype"),
+            (view(DType::F16, &[3, 8], &[1, 3]), "unit stride"),
+            (view(DType::F16, &[24], &[1]), "2-D"),
+        ];
+        for (b, what) in bad {
+            let err = check_inputs(&["a", "b"], &[&a, &b]).unwrap_err();
+            assert!(err.message.contains(what), "{what}: {}", err.message);
+        }
+    }
+}

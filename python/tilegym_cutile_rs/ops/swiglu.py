@@ -1,0 +1,356 @@
+"""swiglu(a, b) = silu(a) * b and silu_and_mul(x) = silu(x[..., :H]) * x[..., H:]:
+cuTile Rust kernels, forward and backward, float32/float16/bfloat16."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .. import _device, _op
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["SwigluConfig", "silu_and_mul", "swiglu", "swiglu_candidates", "swiglu_config"]
+
+SUPPORTED = ("float32", "float16", "bfloat16")
+FORWARD, BACKWARD = "cutile_swiglu_forward", "cutile_swiglu_backward"
+
+
+class SwigluConfig(NamedTuple):
+    """A swiglu launch: `[block_m, block_n]` output tiles per CTA (powers of two), with
+    `occupancy` CTAs per SM and `warps` worker warps per CTA (0: tileiras' choice)."""
+
+    block_m: int
+    block_n: int
+    occupancy: int = 0
+    warps: int = 0
+
+
+# The heuristic's defaults, not yet fitted on a GPU (docs/benchmarks.md says what is
+# measured): tiles of TILE_ELEMENTS elements, at most MAX_BLOCK_N wide, rows filling the rest.
+TILE_ELEMENTS = 4096
+MAX_BLOCK_N = 1024
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def swiglu_config(m: int, h: int, dtype: torch.dtype) -> SwigluConfig:
+    """The heuristic's config for `[m, h]` operands of `dtype` (forward and backward)."""
+    block_n = min(_next_pow2(h), MAX_BLOCK_N)
+    return SwigluConfig(min(max(1, TILE_ELEMENTS // block_n), _next_pow2(m)), block_n)
+
+
+def swiglu_candidates(m: int, h: int, dtype: torch.dtype) -> list[SwigluConfig]:
+    """The autotuner's search space: tile widths and sizes, occupancy, worker warps."""
+    configs = {swiglu_config(m, h, dtype)}
+    for block_n in (256, 512, 1024, 2048):
+        if block_n <= max(_next_pow2(h), 256):
+            for elements in (2048, 4096, 8192, 16384):
+                block_m = min(max(1, elements // block_n), _next_pow2(m))
+                configs.update(SwigluConfig(block_m, block_n, occ, warps) for occ in (0, 2, 4) for warps in (0, 4, 8))
+    return sorted(configs)
+
+
+forward_plans = _op.Plans("swiglu", FORWARD)
+chooser = _op.Chooser("swiglu", SwigluConfig, forward_plans)
+
+
+def _rows(t: torch.Tensor, m: int, h: int) -> torch.Tensor:
+    """`t` as an `[m, h]` view the kernels read in place (unit column stride, rows apart), else a copy."""
+    t2 = t.reshape(m, h)
+    if (h > 1 and t2.stride(1) != 1) or (m > 1 and t2.stride(0) < h):
+        t2 = t2.contiguous()
+    return t2
+
+
+def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool) -> SwigluConfig:
+    if config is not None:
+        return _op.check_config(config, SwigluConfig)
+    m, h = a2.shape
+
+    def tuner() -> Any:
+        import torch
+
+        a, b = torch.randn_like(a2), torch.randn_like(a2)  # the caller's tensors stay untouched
+        y = torch.empty_like(a)
+        return lambda c: _launch_forward(y, a, b, c, index)
+
+    return chooser.choose(
+        (index, a2.dtype, m, h),
+        lambda: f"swiglu|{_device.name(index)}|{a2.dtype}|h<={_next_pow2(h)}|m~{min(_next_pow2(m), 1 << 20)}",
+        lambda: swiglu_config(m, h, a2.dtype),
+        lambda: swiglu_candidates(m, h, a2.dtype),
+        tuner,
+        autotune,
+    )
+
+
+def _launch_forward(y2: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: SwigluConfig, index: int) -> None:
+    what = ("swiglu", a2.dtype, tuple(a2.shape), "config", config)
+    _op.call("swiglu", FORWARD, (*_op.tensor_descs(y2, a2, b2), *config), index, what)
+
+
+def _launch_backward(
+    dg: torch.Tensor, dy2: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: SwigluConfig, index: int
+) -> None:
+    what = ("swiglu backward", a2.dtype, tuple(a2.shape), "config", config)
+    _op.call("swiglu backward", BACKWARD, (*_op.tensor_descs(dg, dy2, a2, b2), *config), index, what)
+
+
+def _backward(dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, dg: torch.Tensor, config: SwigluConfig) -> None:
+    """da and db of silu(a2) * b2 into `dg`, an `[M, 2, H]` view (da at [:, 0], db at [:, 1])."""
+    m, h = a2.shape
+    if m and h:
+        _launch_backward(dg, _rows(dy, m, h), a2, b2, config, _op.device_index(a2))
+
+
+def _check_inputs(op: str, *tensors: torch.Tensor) -> None:
+    import torch
+
+    for t in tensors:  # every argument a tensor first: a TypeError says more than a device error
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op} takes torch.Tensor arguments, got {type(t).__name__}")
+    for t in tensors:
+        _device.check_cuda_tensor(t, op)
+    first = tensors[0]
+    if first.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"{op} supports {', '.join(SUPPORTED)}; got {first.dtype}. Cast it, e.g. x.float()")
+    for t in tensors[1:]:
+        if t.shape != first.shape:
+            raise ValueError(f"{op}: a and b must have the same shape, got {tuple(first.shape)} and {tuple(t.shape)}")
+        if t.dtype != first.dtype:
+            raise TypeError(f"{op}: a and b must have the same dtype, got {first.dtype} and {t.dtype}")
+        if t.device != first.device:
+            raise ValueError(f"{op}: a and b must be on the same device, got {first.device} and {t.device}")
+
+
+def _forward(a2: torch.Tensor, b2: torch.Tensor, y2: torch.Tensor, config: Any, autotune: bool) -> SwigluConfig:
+    """silu(a2) * b2 into the contiguous `y2`; returns the config used."""
+    index = _op.device_index(a2)
+    _device.prepare(index)
+    chosen = _choose(a2, index, config, autotune)
+    if a2.numel():
+        _launch_forward(y2, a2, b2, chosen, index)
+    return chosen
+
+
+@functools.cache
+def _autograd_functions() -> tuple[Any, Any]:
+    import torch
+
+    class Swiglu(torch.autograd.Function):
+        """Our kernels both ways; the gradients come out of one backward launch."""
+
+        @staticmethod
+        def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor:
+            h = a.shape[-1] if a.dim() else 1
+            m = a.numel() // max(h, 1)
+            a2, b2 = _rows(a, m, h), _rows(b, m, h)
+            y2 = torch.empty((m, h), dtype=a.dtype, device=a.device)
+            ctx.config = _forward(a2, b2, y2, config, autotune)
+            ctx.save_for_backward(a2, b2)
+            ctx.shape = a.shape
+            return y2.view(a.shape)
+
+        @staticmethod
+        def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:
+            a2, b2 = ctx.saved_tensors
+            m, h = a2.shape
+            planes = torch.empty((2, m, h), dtype=a2.dtype, device=a2.device)  # da, db
+            _backward(dy, a2, b2, planes.permute(1, 0, 2), ctx.config)
+            return planes[0].view(ctx.shape), planes[1].view(ctx.shape), None, None
+
+    class SiluAndMul(torch.autograd.Function):
+        """silu_and_mul on two views of x; the backward writes dx once, both halves."""
+
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor:
+            h2 = x.shape[-1]
+            m, h = x.numel() // max(h2, 1), h2 // 2
+            x2 = _rows(x, m, h2)
+            y2 = torch.empty((m, h), dtype=x.dtype, device=x.device)
+            ctx.config = _forward(x2[:, :h], x2[:, h:], y2, config, autotune)
+            ctx.save_for_backward(x2)
+            ctx.shape = x.shape
+            return y2.view(*x.shape[:-1], h)
+
+        @staticmethod
+        def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+            (x2,) = ctx.saved_tensors
+            m, h = x2.shape[0], x2.shape[1] // 2
+            dx = torch.empty((m, 2 * h), dtype=x2.dtype, device=x2.device)
+            _backward(dy, x2[:, :h], x2[:, h:], dx.view(m, 2, h), ctx.config)
+            return dx.view(ctx.shape), None, None
+
+    return Swiglu, SiluAndMul
+
+
+def swiglu(
+    a: torch.Tensor, b: torch.Tensor, *, config: SwigluConfig | tuple[int, ...] | None = None, autotune: bool = False
+) -> torch.Tensor:
+    """silu(a) * b, elementwise, computed in float32 and returned as a new contiguous
+    tensor of a's shape and dtype on a's device.
+
+    a and b: CUDA tensors of one shape, dtype (float32, float16, bfloat16) and device.
+    Rows with a unit last-dim stride are read in place; other layouts are copied once.
+    The kernel runs on the current stream without blocking the host (CUDA-graph
+    capturable). Gradients flow to a and b through our backward kernel.
+    `config=SwigluConfig(block_m, block_n, occupancy, warps)` or `autotune=True` as for softmax.
+    """
+    if not (autotune or config is not None):
+        # The per-call fast path: plain tensors of a layout seen before on this thread, no autograd.
+        try:
+            key = (a.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+        except (AttributeError, TypeError):
+            key = None  # not tensors: the checks below say what is wrong
+        plan = forward_plans.get(key) if key is not None else None
+        if plan is not None and type(a) is type(b) is plan.torch.Tensor and not (
+            (a.requires_grad or b.requires_grad) and plan.torch.is_grad_enabled()
+        ):
+            y: torch.Tensor = plan.torch.empty_like(a) if plan.dense else plan.torch.empty(a.shape, dtype=a.dtype, device=a.device)
+            plan.run(y.data_ptr(), a.data_ptr(), b.data_ptr())
+            return y
+    import torch
+
+    _check_inputs("swiglu", a, b)
+    if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
+        with_grad: torch.Tensor = _autograd_functions()[0].apply(a, b, config, autotune)
+        return with_grad
+    h = a.shape[-1] if a.dim() else 1
+    m = a.numel() // max(h, 1)
+    a2, b2 = _rows(a, m, h), _rows(b, m, h)
+    y2 = torch.empty((m, h), dtype=a.dtype, device=a.device)
+    chosen = _forward(a2, b2, y2, config, autotune)
+    if config is None and not autotune and type(a) is type(b) is torch.Tensor and a2.numel():
+        if a2.data_ptr() == a.data_ptr() and b2.data_ptr() == b.data_ptr() and a.is_contiguous() == b.is_contiguous():
+            key = (a.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+            forward_plans.make(key, (y2, a2, b2), tuple(chosen), _op.device_index(a2), dense=a.is_contiguous())
+    return y2.view(a.shape)
+
+
+def _overlaps(t: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether two tensors' memory ranges intersect (a conservative test)."""
+    if t.numel() == 0 or other.numel() == 0:
+        return False
+
+    def span(x: torch.Tensor) -> tuple[int, int]:
+        last = sum((size - 1) * stride for size, stride in zip(x.shape, x.stride(), strict=True))
+        return x.data_ptr(), x.data_ptr() + (last + 1) * x.element_size()
+
+    (s0, e0), (s1, e1) = span(t), span(other)
+    return s0 < e1 and s1 < e0
+
+
+def silu_and_mul(
+    x: torch.Tensor,
+    out: torch.Tensor | None = None,
+    *,
+    config: SwigluConfig | tuple[int, ...] | None = None,
+    autotune: bool = False,
+) -> torch.Tensor:
+    """silu(x[..., :H]) * x[..., H:] for x of shape `[..., 2H]`, computed in float32,
+    returned with shape `[..., H]` and x's dtype (float32, float16, bfloat16).
+
+    The two halves are read in place as two views of x (no split copy) when x's last dim
+    has unit stride. `out=` is written in place (its shape, dtype and device must match,
+    it must not overlap x; a non-contiguous `out` is filled from a contiguous result)
+    and returned; it does not take gradients, as torch's `out=` functions do not.
+    Gradients flow to x through our backward kernel, which writes dx once.
+    """
+    import torch
+
+    _check_inputs("silu_and_mul", x)
+    if x.dim() == 0 or x.shape[-1] % 2:
+        size = x.shape[-1] if x.dim() else "a 0-d tensor"
+        raise ValueError(f"silu_and_mul needs an even last dim [..., 2H]; x has {size}. Pass both halves, gate first")
+    h = x.shape[-1] // 2
+    shape = (*x.shape[:-1], h)
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+        if tuple(out.shape) != shape or out.dtype != x.dtype or out.device != x.device:
+            raise ValueError(
+                f"out must be a {x.dtype} tensor of shape {shape} on {x.device}; "
+                f"got {out.dtype} {tuple(out.shape)} on {out.device}"
+            )
+        if _overlaps(out, x):
+            raise ValueError("out overlaps x: silu_and_mul would read what it writes. Pass a separate out tensor")
+        if torch.is_grad_enabled() and (x.requires_grad or out.requires_grad):
+            raise RuntimeError("silu_and_mul(out=...) does not take gradients (as torch's out= functions); call it without out=")
+    elif x.requires_grad and torch.is_grad_enabled():
+        with_grad: torch.Tensor = _autograd_functions()[1].apply(x, config, autotune)
+        return with_grad
+    m = x.numel() // max(2 * h, 1)
+    x2 = _rows(x, m, 2 * h)
+    direct = out is not None and out.is_contiguous()
+    y2 = out.view(m, h) if out is not None and direct else torch.empty((m, h), dtype=x.dtype, device=x.device)
+    _forward(x2[:, :h], x2[:, h:], y2, config, autotune)
+    if out is None:
+        return y2.view(shape)
+    if not direct:
+        out.copy_(y2.view(shape))
+    return out
+
+
+_TILEGYM_KWARGS: set[str] = set()  # TileGym's silu_and_mul documents only backend-specific extras
+_warned_kwargs: set[str] = set()
+
+
+def _tilegym_silu_and_mul(input: torch.Tensor, out: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+    """TileGym's `silu_and_mul(input, out=None, **kwargs)` on our kernels. Keywords other
+    than `out` have no meaning for our kernels and are ignored with a one-time warning."""
+    unknown = set(kwargs) - _TILEGYM_KWARGS
+    if unknown - _warned_kwargs:
+        logging.getLogger("tilegym_cutile_rs").warning(
+            "tilegym silu_and_mul on cutile-rs ignores keyword(s) %s", ", ".join(sorted(unknown))
+        )
+        _warned_kwargs.update(unknown)
+    return silu_and_mul(input, out)
+
+
+def _tilegym_get_swiglu() -> Any:
+    """TileGym's `get_swiglu()`: the functional SwiGLU, `swiglu(a, b)`."""
+    return swiglu
+
+
+def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, autotune: bool) -> SwigluConfig:
+    """Compile (and optionally autotune) swiglu's forward and backward for operands of `shape`."""
+    import torch
+
+    a = torch.randn(shape, device=device).to(dtype).requires_grad_(True)
+    b = torch.randn(shape, device=device).to(dtype).requires_grad_(True)
+    y = swiglu(a, b, autotune=autotune)
+    torch.autograd.backward([y], [torch.ones_like(y)])
+    h = shape[-1] if shape else 1
+    m = a.numel() // max(h, 1)
+    return _choose(a.detach().reshape(m, h), _op.device_index(a), None, False)
+
+
+def _smoke(device: torch.device) -> str:
+    import torch
+
+    x = torch.randn(64, 2 * 1000, device=device, requires_grad=True)
+    y = silu_and_mul(x)
+    gate, up = x.detach()[:, :1000].requires_grad_(True), x.detach()[:, 1000:].requires_grad_(True)
+    ref = torch.nn.functional.silu(gate) * up
+    dy = torch.randn_like(y)
+    torch.autograd.backward([y, ref], [dy, dy])
+    assert x.grad is not None and gate.grad is not None and up.grad is not None
+    err = (y - ref).abs().max().item()
+    grad_err = (x.grad - torch.cat([gate.grad, up.grad], -1)).abs().max().item()
+    assert y.device == x.device and err < 1e-5 and grad_err < 1e-4, (
+        f"max abs error {err:.2e} (bound 1e-5), gradient {grad_err:.2e} (bound 1e-4) vs torch"
+    )
+    return f"silu_and_mul max abs error {err:.2e}, gradient {grad_err:.2e} vs torch"
+
+
+OP = _op.OpSpec(
+    "swiglu",
+    tilegym={"silu_and_mul": _tilegym_silu_and_mul, "get_swiglu": _tilegym_get_swiglu},
+    warmup=_warmup,
+    smoke=_smoke,
+)
