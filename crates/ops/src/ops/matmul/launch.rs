@@ -1,0 +1,183 @@
+//! Host side of matmul: checks the views and enqueues the GEMM kernel on the caller's
+//! stream (crate::launch) without waiting for it.
+
+use super::kernel::matmul_kernels;
+use crate::abi::{CheckedTensor, DType, OpError, OpResult};
+use crate::launch::{self, check_block, FirstLaunch, Hints, Key};
+use crate::replay::{Args, Value};
+use cutile::half::{bf16, f16};
+use cutile::prelude::*;
+use cutile::tensor::KernelOutputStored;
+
+/// A config's tile shape: `[block_m, block_n]` output tiles, K in `block_k` steps.
+#[derive(Clone, Copy, Debug)]
+pub struct Tiles {
+    pub block_m: i32,
+    pub block_n: i32,
+    pub block_k: i32,
+}
+
+/// Whether a `[rows, cols]` matrix with these strides is row- or column-major (either
+/// extent 1 makes its stride irrelevant).
+fn row_or_column_major(rows: i32, cols: i32, strides: &[i32]) -> bool {
+    cols <= 1 || rows <= 1 || strides[1] == 1 || strides[0] == 1
+}
+
+fn check_views(c: &CheckedTensor, a: &CheckedTensor, b: &CheckedTensor, tf32: bool) -> OpResult<[i32; 4]> {
+    for (name, t) in [("c", c), ("a", a), ("b", b)] {
+        if t.shape.len() != 3 {
+            return Err(OpError::invalid(format!("matmul takes 3-D [batch, rows, cols] views; {name} has {} dims", t.shape.len())));
+        }
+        if t.dtype != c.dtype {
+            return Err(OpError::invalid(format!("{name} dtype {:?} differs from c dtype {:?}", t.dtype, c.dtype)));
+        }
+    }
+    let [batch, m, k] = [a.shape[0], a.shape[1], a.shape[2]];
+    let n = b.shape[2];
+    if b.shape[0] != batch || b.shape[1] != k {
+        return Err(OpError::invalid(format!("a {:?} and b {:?} do not chain: b must be [{batch}, {k}, N]", a.shape, b.shape)));
+    }
+    if c.shape != [batch, m, n] {
+        return Err(OpError::invalid(format!("c shape {:?} must be [{batch}, {m}, {n}]", c.shape)));
+    }
+    let contiguous = (n <= 1 || c.strides[2] == 1) && (m <= 1 || c.strides[1] == n) && (batch <= 1 || c.strides[0] == m * n);
+    if !contiguous {
+        return Err(OpError::invalid(format!("c must be contiguous, got strides {:?}", c.strides)));
+    }
+    for (name, t) in [("a", a), ("b", b)] {
+        if !row_or_column_major(t.shape[1], t.shape[2], &t.strides[1..]) {
+            return Err(OpError::invalid(format!(
+                "{name} must be row- or column-major within each batch entry, got strides {:?}; copy it first",
+                t.strides
+            )));
+        }
+    }
+    if tf32 && c.dtype != DType::F32 {
+        return Err(OpError::invalid(format!("tf32 applies to float32 operands, not {:?}", c.dtype)));
+    }
+    if k == 0 && m > 0 && n > 0 && batch > 0 {
+        return Err(OpError::invalid("K = 0: the product is all zeros; fill c with zeros instead of launching"));
+    }
+    Ok([batch, m, n, k])
+}
+
+// The C export's flat scalar parameters, passed straight through.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    c: &CheckedTensor,
+    a: &CheckedTensor,
+    b: &CheckedTensor,
+    tf32: bool,
+    tiles: Tiles,
+    occupancy: i32,
+    warps: i32,
+    device: i32,
+    stream: u64,
+) -> OpResult<()> {
+    let [batch, m, n, _] = check_views(c, a, b, tf32)?;
+    check_block("block_m", tiles.block_m)?;
+    check_block("block_n", tiles.block_n)?;
+    check_block("block_k", tiles.block_k)?;
+    let hints = Hints::checked(occupancy, warps)?;
+    if batch == 0 || m == 0 || n == 0 {
+        return Ok(());
+    }
+    let kernel = if tf32 { "gemm_tf32" } else { "gemm" };
+    let key = Key::new(kernel, device)
+        .with(tiles.block_m)
+        .with(tiles.block_n)
+        .with(tiles.block_k)
+        .hints(hints)
+        .tensor(c)
+        .tensor(a)
+        .tensor(b);
+    let values = [Value::Ptr(c.ptr), Value::Ptr(a.ptr), Value::Ptr(b.ptr)];
+    launch::enqueue("matmul", kernel, key, device, stream, &values, |first| match (c.dtype, tf32) {
+        (DType::F32, true) => launch_first::<f32>(first, [c, a, b], tiles, hints, true),
+        (DType::F32, false) => launch_first::<f32>(first, [c, a, b], tiles, hints, false),
+        (DType::F16, _) => launch_first::<f16>(first, [c, a, b], tiles, hints, false),
+        (DType::BF16, _) => launch_first::<bf16>(first, [c, a, b], tiles, hints, false),
+    })
+}
+
+/// cutile's launch of `gemm<T>` (or, with `tf32`, of `gemm_tf32<f32>`).
+fn launch_first<T: cutile::DType>(
+    first: &FirstLaunch,
+    [c, a, b]: [&CheckedTensor; 3],
+    tiles: Tiles,
+    hints: Hints,
+    tf32: bool,
+) -> OpResult<()> {
+    let ctx = &first.ctx;
+    // SAFETY: torch owns the allocations and keeps them alive while the work it
+    // ordered on the stream runs; c is an output nobody else writes meanwhile.
+    let tensor = |t: &CheckedTensor| unsafe { Tensor::<T>::borrow_raw_parts(t.ptr, ctx.clone(), t.shape.clone(), t.strides.clone()) };
+    let tile = [1, tiles.block_m, tiles.block_n];
+    let partition = tile.map(|t| t as usize);
+    let generics = || {
+        let blocks = [tiles.block_m, tiles.block_n, tiles.block_k].map(|t| t.to_string());
+        [vec![c.dtype.jit_name().to_string()], blocks.to_vec()].concat()
+    };
+    // The kernel's launcher for this launch, handed to `$finish` as `$l` (the two kernels' types differ).
+    macro_rules! with_launcher {
+        (|$l:ident| $finish:expr) => {{
+            let (mut ct, at, bt) = (tensor(c), tensor(a), tensor(b));
+            let options = hints.compile_options();
+            if tf32 {
+                let $l = matmul_kernels::gemm_tf32((&mut ct).partition(partition), &at, &bt)
+                    .generics(generics())
+                    .compile_options(options);
+                $finish
+            } else {
+                let $l = matmul_kernels::gemm((&mut ct).partition(partition), &at, &bt)
+                    .generics(generics())
+                    .compile_options(options);
+                $finish
+            }
+        }};
+    }
+    first.run(
+        |s| with_launcher!(|l| l.specialize_on(s).map(|k| k.into_l1_cache_key())),
+        // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
+        || with_launcher!(|l| unsafe { l.async_on(&first.stream) }.map(|_| ())),
+        || {
+            let mut ct = tensor(c);
+            let grid = KernelOutputStored::<T>::grid(&(&mut ct).partition(partition))
+                .map_err(|e| OpError::invalid(format!("matmul launch grid: {e}")))?;
+            let args = Args::default()
+                .partition(0, &c.shape, &c.strides, &tile)
+                .tensor(1, &a.shape, &a.strides)
+                .tensor(2, &b.shape, &b.strides);
+            Ok((grid, args))
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(dtype: DType, shape: [i32; 3], strides: [i32; 3]) -> CheckedTensor {
+        CheckedTensor { ptr: 0x1000, dtype, shape: shape.to_vec(), strides: strides.to_vec() }
+    }
+
+    #[test]
+    fn row_and_column_major_operands_pass_others_are_refused() {
+        let c = view(DType::BF16, [2, 4, 8], [32, 8, 1]);
+        let row_a = view(DType::BF16, [2, 4, 6], [24, 6, 1]);
+        let col_a = view(DType::BF16, [2, 4, 6], [24, 1, 4]);
+        let col_b = view(DType::BF16, [2, 6, 8], [48, 1, 6]);
+        assert_eq!(check_views(&c, &row_a, &col_b, false).unwrap(), [2, 4, 8, 6]);
+        assert!(check_views(&c, &col_a, &col_b, false).is_ok());
+        let strided = view(DType::BF16, [2, 4, 6], [48, 12, 2]);
+        assert!(check_views(&c, &strided, &col_b, false).unwrap_err().message.contains("row- or column-major"));
+        let wrong_k = view(DType::BF16, [2, 5, 8], [40, 8, 1]);
+        assert!(check_views(&c, &row_a, &wrong_k, false).unwrap_err().message.contains("do not chain"));
+        let strided_c = view(DType::BF16, [2, 4, 8], [64, 16, 1]);
+        assert!(check_views(&strided_c, &row_a, &col_b, false).unwrap_err().message.contains("contiguous"));
+        assert!(check_views(&c, &row_a, &col_b, true).unwrap_err().message.contains("tf32"));
+        let empty_k = view(DType::BF16, [2, 4, 0], [0, 0, 1]);
+        let empty_b = view(DType::BF16, [2, 0, 8], [0, 8, 1]);
+        assert!(check_views(&c, &empty_k, &empty_b, false).unwrap_err().message.contains("K = 0"));
+    }
+}

@@ -1,0 +1,276 @@
+"""matmul(a, b) and bmm(a, b): cuTile Rust GEMM kernels with float32 accumulation,
+row- or column-major operands read in place, gradients by the same kernels."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .. import _device, _op
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["MatmulConfig", "bmm", "matmul", "matmul_candidates", "matmul_config"]
+
+SUPPORTED = ("float16", "bfloat16", "float32")
+EXPORT = "cutile_matmul"
+
+
+class MatmulConfig(NamedTuple):
+    """A GEMM launch: `[block_m, block_n]` output tiles per CTA walking K in `block_k`
+    steps (powers of two), `occupancy` CTAs per SM and `warps` worker warps per CTA
+    (0: tileiras' choice)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    occupancy: int = 0
+    warps: int = 0
+
+
+# Per architecture and element size: the widest (block_m, block_n, block_k), cut down to
+# the problem (never below MIN_BLOCK). Defaults not yet fitted on a GPU (docs/benchmarks.md):
+# Hopper and Blackwell datacenter parts take 64-deep K steps for 2-byte operands.
+TILES = {
+    "sm_90": {2: (128, 128, 64), 4: (64, 64, 32)},
+    "sm_100": {2: (128, 128, 64), 4: (64, 64, 32)},
+}
+DEFAULT_TILES = {2: (128, 128, 32), 4: (64, 64, 32)}
+MIN_BLOCK = 16
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _fit(block: int, extent: int) -> int:
+    """A tile edge cut down to the problem's extent, never below MIN_BLOCK."""
+    return min(block, max(MIN_BLOCK, _next_pow2(extent)))
+
+
+def matmul_config(m: int, n: int, k: int, dtype: torch.dtype, arch: str = "sm_90") -> MatmulConfig:
+    """The heuristic's config for an `[m, k] · [k, n]` product of `dtype` on `arch` (e.g. "sm_90")."""
+    bm, bn, bk = TILES.get(arch, DEFAULT_TILES)[dtype.itemsize if dtype.itemsize in (2, 4) else 2]
+    return MatmulConfig(_fit(bm, m), _fit(bn, n), _fit(bk, k))
+
+
+def matmul_candidates(m: int, n: int, k: int, dtype: torch.dtype, arch: str = "sm_90") -> list[MatmulConfig]:
+    """The autotuner's search space: tile shapes (cut to the problem), occupancy, worker warps."""
+    configs = {matmul_config(m, n, k, dtype, arch)}
+    for bm in (64, 128):
+        for bn in (64, 128, 256):
+            for bk in (32, 64):
+                for occupancy in (0, 1, 2):
+                    for warps in (0, 8):
+                        configs.add(MatmulConfig(_fit(bm, m), _fit(bn, n), _fit(bk, k), occupancy, warps))
+    return sorted(configs)
+
+
+chooser = _op.Chooser("matmul", MatmulConfig)
+
+
+def _arch(index: int) -> str:
+    major, minor = _device.prepare(index)
+    return f"sm_{major}{minor}"
+
+
+def _operand(t: torch.Tensor) -> torch.Tensor:
+    """`t` if each of its matrices is row- or column-major (read in place), else a contiguous copy."""
+    rows, cols = t.shape[-2], t.shape[-1]
+    if rows <= 1 or cols <= 1 or t.stride(-1) == 1 or t.stride(-2) == 1:
+        return t
+    return t.contiguous()
+
+
+def _tf32(dtype: torch.dtype) -> bool:
+    import torch
+
+    return dtype == torch.float32 and bool(torch.backends.cuda.matmul.allow_tf32)
+
+
+def _launch(c3: torch.Tensor, a3: torch.Tensor, b3: torch.Tensor, config: MatmulConfig, index: int) -> None:
+    what = ("matmul", a3.dtype, tuple(a3.shape), tuple(b3.shape), "config", config)
+    args = (*_op.tensor_descs(c3, a3, b3), int(_tf32(a3.dtype)), *config)
+    _op.call("matmul", EXPORT, args, index, what)
+
+
+def _product(a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor:
+    """c = a3 · b3 for 3-D operands (each matrix row- or column-major), as a new contiguous tensor."""
+    import torch
+
+    batch, m, k = a3.shape
+    n = b3.shape[-1]
+    c3 = torch.empty((batch, m, n), dtype=a3.dtype, device=a3.device)
+    if c3.numel() == 0:
+        return c3
+    if k == 0:
+        return c3.zero_()
+    index = _op.device_index(a3)
+    arch = _arch(index)
+    if config is not None:
+        chosen = _op.check_config(config, MatmulConfig)
+    else:
+
+        def tuner() -> Any:
+            scratch = torch.empty_like(c3)  # c stays untouched until the winner runs
+            return lambda cfg: _launch(scratch, a3, b3, cfg, index)
+
+        layout = ("r" if a3.stride(-1) == 1 else "c") + ("r" if b3.stride(-1) == 1 else "c")
+        chosen = chooser.choose(
+            (index, a3.dtype, _tf32(a3.dtype), batch, m, n, k, layout),
+            lambda: f"matmul|{_device.name(index)}|{a3.dtype}|tf32={_tf32(a3.dtype)}|{layout}"
+            f"|m~{_next_pow2(m)}|n~{_next_pow2(n)}|k~{_next_pow2(k)}|b~{min(_next_pow2(batch), 1024)}",
+            lambda: matmul_config(m, n, k, a3.dtype, arch),
+            lambda: matmul_candidates(m, n, k, a3.dtype, arch),
+            tuner,
+            autotune,
+        )
+    _launch(c3, a3, b3, chosen, index)
+    return c3
+
+
+def _check(op: str, a: Any, b: Any, ndim: int) -> None:
+    import torch
+
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op} takes torch.Tensor arguments; {name} is {type(t).__name__}")
+    for t in (a, b):
+        _device.check_cuda_tensor(t, op)
+    if a.device != b.device:
+        raise ValueError(f"{op}: a is on {a.device} and b on {b.device}; move them to one device")
+    if a.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"{op} supports {', '.join(SUPPORTED)}; a is {a.dtype}. Cast it, e.g. a.half()")
+    if b.dtype != a.dtype:
+        raise TypeError(f"{op}: a is {a.dtype} and b {b.dtype}; cast one to the other's dtype")
+    if a.dim() != ndim or b.dim() != ndim:
+        other = "bmm for batches of matrices" if op == "matmul" else "matmul for 2-D matrices"
+        raise ValueError(f"{op} takes {ndim}-D tensors; got {a.dim()}-D and {b.dim()}-D (use {other})")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"{op}: a {tuple(a.shape)} and b {tuple(b.shape)} do not chain (a's last dim must equal b's {ndim - 2})")
+    if ndim == 3 and a.shape[0] != b.shape[0]:
+        raise ValueError(f"bmm: batch sizes differ, {a.shape[0]} and {b.shape[0]}")
+
+
+@functools.cache
+def _autograd_function() -> Any:
+    import torch
+
+    class Matmul(torch.autograd.Function):
+        """c = a · b on 3-D operands; dA = dC · Bᵀ and dB = Aᵀ · dC by the same kernel,
+        the transposes passed as column-major views (no copies)."""
+
+        @staticmethod
+        def forward(ctx: Any, a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor:
+            ctx.save_for_backward(a3, b3)
+            ctx.config = config
+            return _product(a3, b3, config, autotune)
+
+        @staticmethod
+        def backward(ctx: Any, dc: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
+            a3, b3 = ctx.saved_tensors
+            dc = _operand(dc)
+            da = _product(dc, _operand(b3.transpose(-1, -2)), None, False) if ctx.needs_input_grad[0] else None
+            db = _product(_operand(a3.transpose(-1, -2)), dc, None, False) if ctx.needs_input_grad[1] else None
+            return da, db, None, None
+
+    return Matmul
+
+
+def _run(a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor:
+    import torch
+
+    a3, b3 = _operand(a3), _operand(b3)
+    if (a3.requires_grad or b3.requires_grad) and torch.is_grad_enabled():
+        with_grad: torch.Tensor = _autograd_function().apply(a3, b3, config, autotune)
+        return with_grad
+    return _product(a3, b3, config, autotune)
+
+
+def matmul(
+    a: torch.Tensor, b: torch.Tensor, *, config: MatmulConfig | tuple[int, ...] | None = None, autotune: bool = False
+) -> torch.Tensor:
+    """a · b for 2-D a `[M, K]` and b `[K, N]`: float16, bfloat16 or float32 (TF32 tensor
+    cores where torch.backends.cuda.matmul.allow_tf32 is set, else full float32), float32
+    accumulation, a new contiguous `[M, N]` tensor of their dtype on their device.
+
+    Row-major and column-major operands (transposed views such as `b.t()`) are read in
+    place; other strides are copied once. Any M, N, K >= 0 (K = 0 gives zeros). Runs on
+    the current stream without blocking the host. Gradients flow to a and b, computed by
+    the same kernels. `config=MatmulConfig(...)` or `autotune=True` as for softmax.
+    """
+    _check("matmul", a, b, 2)
+    return _run(a.unsqueeze(0), b.unsqueeze(0), config, autotune).squeeze(0)
+
+
+def bmm(
+    a: torch.Tensor, b: torch.Tensor, *, config: MatmulConfig | tuple[int, ...] | None = None, autotune: bool = False
+) -> torch.Tensor:
+    """a[i] · b[i] for 3-D a `[B, M, K]` and b `[B, K, N]`; otherwise as `matmul`."""
+    _check("bmm", a, b, 3)
+    return _run(a, b, config, autotune)
+
+
+# TileGym's keywords, and what they mean for our kernels.
+_TILEGYM_KWARGS = {
+    # One kernel family: every output tile is its own CTA; there is no persistent variant yet.
+    "static_persistent",
+    # tileiras decides how tiles are loaded (TMA where it pays); there is no separate TMA kernel.
+    "use_tma",
+}
+_warned_kwargs: set[str] = set()
+
+
+def _warn_unknown(op: str, kwargs: dict[str, Any]) -> None:
+    unknown = set(kwargs) - _TILEGYM_KWARGS
+    if unknown - _warned_kwargs:
+        logging.getLogger("tilegym_cutile_rs").warning("tilegym %s on cutile-rs ignores keyword(s) %s", op, ", ".join(sorted(unknown)))
+        _warned_kwargs.update(unknown)
+
+
+def _tilegym_matmul(
+    a: torch.Tensor, b: torch.Tensor, trans_a: bool | None = None, trans_b: bool | None = None, **kwargs: Any
+) -> torch.Tensor:
+    """TileGym's `matmul(a, b, trans_a=None, trans_b=None, static_persistent=True, use_tma=None, **kw)`:
+    `trans_a` takes a as `[K, M]` (computes aᵀ · b), `trans_b` takes b as `[N, K]`; both are
+    read in place as column-major views. `static_persistent` and `use_tma` change nothing."""
+    _warn_unknown("matmul", kwargs)
+    return matmul(a.t() if trans_a else a, b.t() if trans_b else b)
+
+
+def _tilegym_bmm(
+    a: torch.Tensor, b: torch.Tensor, transpose_a: bool | None = None, transpose_b: bool | None = None, **kwargs: Any
+) -> torch.Tensor:
+    """TileGym's `bmm(a, b, transpose_a=None, transpose_b=None, static_persistent=True, **kw)`,
+    the transposes read in place as for `_tilegym_matmul`."""
+    _warn_unknown("bmm", kwargs)
+    return bmm(a.transpose(-1, -2) if transpose_a else a, b.transpose(-1, -2) if transpose_b else b)
+
+
+def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, autotune: bool) -> MatmulConfig:
+    """Compile (and optionally autotune) the product of square `shape` matrices (`[M, K]` · `[K, N]`
+    with N = M for a 2-D shape; a batch for 3-D), forward and the backward's transposed layouts."""
+    import torch
+
+    a = torch.randn(shape, device=device).to(dtype).requires_grad_(True)
+    b = torch.randn(*shape[:-2], shape[-1], shape[-2], device=device).to(dtype).requires_grad_(True)
+    c = (matmul if a.dim() == 2 else bmm)(a, b, autotune=autotune)
+    torch.autograd.backward([c], [torch.ones_like(c)])
+    m, k = shape[-2], shape[-1]
+    return matmul_config(m, m, k, dtype, _arch(_op.device_index(a)))
+
+
+def _smoke(device: torch.device) -> str:
+    import torch
+
+    a = torch.randn(100, 70, device=device, dtype=torch.bfloat16)
+    b = torch.randn(90, 70, device=device, dtype=torch.bfloat16).t()  # column-major, in place
+    c = matmul(a, b)
+    err = (c.float() - a.float() @ b.float()).abs().max().item()
+    assert c.shape == (100, 90) and err < 0.1, f"max abs error {err:.2e} vs float32 torch (bound 0.1)"
+    return f"matmul max abs error {err:.2e} vs float32 torch"
+
+
+OP = _op.OpSpec("matmul", tilegym={"matmul": _tilegym_matmul, "bmm": _tilegym_bmm}, warmup=_warmup, smoke=_smoke)

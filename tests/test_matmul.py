@@ -1,0 +1,83 @@
+"""matmul and bmm on CPU: the library's checks at the C boundary, the Python checks
+that need no GPU, and the per-architecture heuristic's configs."""
+
+from __future__ import annotations
+
+import pytest
+import tilegym_cutile_rs
+import torch
+from tilegym_cutile_rs import _library
+from tilegym_cutile_rs.ops import matmul as mm
+
+from .test_abi import desc
+
+
+def call(lib, c, a, b, tf32=0, config=(16, 16, 16, 0, 0)):  # type: ignore[no-untyped-def]
+    return lib.cutile_matmul(c, a, b, tf32, *config, 0, 0), _library.last_error()
+
+
+@pytest.mark.parametrize(
+    "c_kw, a_kw, b_kw, tf32, config, fragment",
+    [
+        ({"shape": [1, 4, 8]}, {"shape": [1, 4, 6]}, {"shape": [1, 5, 8]}, 0, (16, 16, 16), "do not chain"),
+        ({"shape": [1, 4, 8]}, {"shape": [2, 4, 6]}, {"shape": [2, 6, 8]}, 0, (16, 16, 16), "must be [2, 4, 8]"),
+        ({"shape": [1, 4, 8]}, {"shape": [1, 4, 6], "dtype": 1}, {"shape": [1, 6, 8]}, 0, (16, 16, 16), "dtype"),
+        ({"shape": [4, 8]}, {"shape": [4, 6]}, {"shape": [6, 8]}, 0, (16, 16, 16), "3-D"),
+        ({"shape": [1, 4, 8], "strides": [64, 16, 1]}, {"shape": [1, 4, 6]}, {"shape": [1, 6, 8]}, 0, (16, 16, 16), "contiguous"),
+        ({"shape": [1, 4, 8]}, {"shape": [1, 4, 6], "strides": [48, 12, 2]}, {"shape": [1, 6, 8]}, 0, (16, 16, 16), "row- or column-major"),
+        ({"shape": [1, 4, 8], "dtype": 1}, {"shape": [1, 4, 6], "dtype": 1}, {"shape": [1, 6, 8], "dtype": 1}, 1, (16, 16, 16), "tf32"),
+        ({"shape": [1, 4, 8]}, {"shape": [1, 4, 0]}, {"shape": [1, 0, 8]}, 0, (16, 16, 16), "K = 0"),
+        ({"shape": [1, 4, 8]}, {"shape": [1, 4, 6]}, {"shape": [1, 6, 8]}, 0, (16, 16, 24), "block_k = 24"),
+        ({"shape": [1, 4, 8]}, {"shape": [1, 4, 6]}, {"shape": [1, 6, 8]}, 0, (16, 16, 16, 40), "occupancy"),
+        ({"shape": [1, 4, 8]}, {"shape": [1, 4, 6], "ptr": 0}, {"shape": [1, 6, 8]}, 0, (16, 16, 16), "null"),
+    ],
+)
+def test_library_rejects_bad_views_before_any_launch(lib, c_kw, a_kw, b_kw, tf32, config, fragment) -> None:  # type: ignore[no-untyped-def]
+    status, msg = call(lib, desc(lib, **c_kw), desc(lib, **a_kw), desc(lib, **b_kw), tf32, (*config, 0, 0)[:5])
+    assert status == lib.CUTILE_ERR_INVALID_ARGUMENT or status == lib.CUTILE_ERR_NULL_POINTER, msg
+    assert fragment in msg, msg
+
+
+def test_an_empty_product_launches_nothing(lib) -> None:  # type: ignore[no-untyped-def]
+    # Column-major a and b (transposed views) with no rows: checked, then nothing to do, no GPU needed.
+    status, msg = call(lib, desc(lib, [1, 0, 8]), desc(lib, [1, 0, 6], [0, 1, 1]), desc(lib, [1, 6, 8], [48, 1, 6]))
+    assert status == lib.CUTILE_OK, msg
+
+
+@pytest.mark.parametrize(
+    "call, exc, fragment",
+    [
+        (lambda: tilegym_cutile_rs.matmul(torch.randn(4, 8), torch.randn(8, 2)), ValueError, "CUDA tensors"),
+        (lambda: tilegym_cutile_rs.bmm(torch.randn(2, 4, 8), torch.randn(2, 8, 2)), ValueError, "CUDA tensors"),
+        (lambda: tilegym_cutile_rs.matmul([[1.0]], torch.randn(1, 1)), TypeError, "torch.Tensor"),
+        (lambda: tilegym_cutile_rs.matmul(torch.randn(1, 1), None), TypeError, "torch.Tensor"),
+    ],
+)
+def test_bad_input_is_a_clear_exception_on_cpu(call, exc, fragment) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(exc, match=fragment):
+        call()
+
+
+SHAPES = [(1, 1, 1), (8, 8, 8), (1, 14336, 4096), (16, 4096, 14336), (128, 128256, 4096), (4096, 4096, 4096), (3072, 6144, 2720)]
+
+
+@pytest.mark.parametrize("m, n, k", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"])
+def test_every_config_is_one_the_library_takes(lib, m: int, n: int, k: int, dtype: torch.dtype, arch: str) -> None:  # type: ignore[no-untyped-def]
+    for config in [mm.matmul_config(m, n, k, dtype, arch), *mm.matmul_candidates(m, n, k, dtype, arch)]:
+        for block in config[:3]:
+            assert mm.MIN_BLOCK <= block <= lib.CUTILE_MAX_BLOCK and block & (block - 1) == 0, config
+        assert 0 <= config.occupancy <= lib.CUTILE_MAX_OCCUPANCY, config
+        assert config.warps == 0 or lib.CUTILE_WORKER_WARPS_BEFORE_TILEIRAS_13_5 >> config.warps & 1, config
+    assert mm.matmul_config(m, n, k, dtype, arch) in mm.matmul_candidates(m, n, k, dtype, arch)
+
+
+def test_the_heuristic_depends_on_the_architecture_and_fits_the_problem() -> None:
+    big = (4096, 4096, 4096)
+    assert mm.matmul_config(*big, torch.bfloat16, "sm_90") == (128, 128, 64, 0, 0)
+    assert mm.matmul_config(*big, torch.bfloat16, "sm_80") == (128, 128, 32, 0, 0)
+    assert mm.matmul_config(*big, torch.float32, "sm_90") == (64, 64, 32, 0, 0)
+    # Decode: one row takes the smallest row tile; tiny problems the smallest tiles.
+    assert mm.matmul_config(1, 14336, 4096, torch.bfloat16, "sm_90")[:3] == (16, 128, 64)
+    assert mm.matmul_config(8, 8, 8, torch.bfloat16, "sm_90")[:3] == (16, 16, 16)

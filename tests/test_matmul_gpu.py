@@ -1,0 +1,135 @@
+"""matmul and bmm on the GPU against torch in float32: TileGym's shapes and tolerances,
+every layout combination, TF32 and full float32, gradients, streams and graphs."""
+
+from __future__ import annotations
+
+import pytest
+import tilegym_cutile_rs
+import torch
+
+pytestmark = pytest.mark.gpu
+
+# TileGym's tolerances: matmul bf16 atol = rtol = 1e-2; bmm fp16 rtol 1e-3 (atol 1e-3 here:
+# K up to 1024 of products accumulate in float32 and round once to float16).
+TOL = {torch.bfloat16: dict(atol=1e-2, rtol=1e-2), torch.float16: dict(atol=1e-3, rtol=1e-3), torch.float32: dict(atol=1e-4, rtol=1e-4)}
+
+
+def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a.double() @ b.double()).to(a.dtype)
+
+
+def make(shape: tuple[int, ...], dtype: torch.dtype, transposed: bool) -> torch.Tensor:
+    """A `shape` operand, stored row-major or (transposed) column-major."""
+    if not transposed:
+        return torch.rand(shape, device="cuda", dtype=dtype)
+    return torch.rand(*shape[:-2], shape[-1], shape[-2], device="cuda", dtype=dtype).transpose(-1, -2)
+
+
+TILEGYM_MATMUL = [(1024, 1024, 1024), (1024, 1024, 1023), (8192, 8192, 8192), (8, 8, 8), (3072, 6144, 2720)]
+
+
+@pytest.mark.parametrize("m, n, k", TILEGYM_MATMUL)
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul_tilegym_shapes_every_layout(m: int, n: int, k: int, trans_a: bool, trans_b: bool) -> None:
+    torch.manual_seed(0)
+    a, b = make((m, k), torch.bfloat16, trans_a), make((k, n), torch.bfloat16, trans_b)
+    c = tilegym_cutile_rs.matmul(a, b)
+    assert c.shape == (m, n) and c.dtype == torch.bfloat16 and c.is_contiguous()
+    torch.testing.assert_close(c, reference(a, b), **TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("m", [128, 1024])
+@pytest.mark.parametrize("n", [256, 512])
+@pytest.mark.parametrize("k", [511, 512, 1023, 1024])
+def test_bmm_tilegym_shapes(m: int, n: int, k: int) -> None:
+    torch.manual_seed(1)
+    a = torch.rand(4, m, k, device="cuda", dtype=torch.float16) - 0.5
+    b = torch.rand(4, k, n, device="cuda", dtype=torch.float16) - 0.5
+    torch.testing.assert_close(tilegym_cutile_rs.bmm(a, b), reference(a, b), **TOL[torch.float16])
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, True)])
+def test_bmm_layouts(trans_a: bool, trans_b: bool) -> None:
+    a, b = make((3, 100, 70), torch.bfloat16, trans_a), make((3, 70, 90), torch.bfloat16, trans_b)
+    torch.testing.assert_close(tilegym_cutile_rs.bmm(a, b), reference(a, b), **TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_float32_full_precision_and_tf32(tf32: bool) -> None:
+    a, b = torch.randn(300, 500, device="cuda"), torch.randn(500, 200, device="cuda")
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        c = tilegym_cutile_rs.matmul(a, b)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    err = (c.double() - a.double() @ b.double()).abs().max().item()
+    # TF32 keeps 10 mantissa bits: errors near 1e-2 over K = 500; full float32 near 1e-4.
+    assert err < (5e-2 if tf32 else 1e-3), err
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 1, 1), (1, 4096, 4096), (16, 14336, 4096), (128, 4096, 14336), (33, 17, 9)])
+def test_odd_and_llm_shapes(m: int, n: int, k: int) -> None:
+    a, b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(tilegym_cutile_rs.matmul(a, b), reference(a, b), atol=5e-2 * max(1, k / 1024) ** 0.5, rtol=1e-2)
+
+
+def test_zero_sizes_and_strided_operands() -> None:
+    for m, n, k in [(0, 4, 3), (4, 0, 3), (4, 5, 0)]:
+        a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
+        c = tilegym_cutile_rs.matmul(a, b)
+        assert c.shape == (m, n) and (c == 0).all()
+    base = torch.randn(64, 300, device="cuda", dtype=torch.bfloat16)
+    a = base[:, ::3]  # neither row- nor column-major: copied once
+    b = torch.randn(100, 40, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(tilegym_cutile_rs.matmul(a, b), reference(a, b), **TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("op", ["matmul", "bmm"])
+def test_gradients_match_torch(op: str) -> None:
+    shape_a, shape_b = ((2, 96, 80), (2, 80, 72)) if op == "bmm" else ((96, 80), (80, 72))
+    a = torch.randn(shape_a, device="cuda", requires_grad=True)
+    b = torch.randn(shape_b, device="cuda", requires_grad=True)
+    fn = getattr(tilegym_cutile_rs, op)
+    c = fn(a, b)
+    dc = torch.randn_like(c)
+    c.backward(dc)
+    a_ref, b_ref = a.detach().double().requires_grad_(True), b.detach().double().requires_grad_(True)
+    (a_ref @ b_ref).backward(dc.double())
+    torch.testing.assert_close(a.grad.double(), a_ref.grad, atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(b.grad.double(), b_ref.grad, atol=1e-3, rtol=1e-3)
+
+
+def test_bad_input_on_the_gpu() -> None:
+    a = torch.randn(4, 8, device="cuda")
+    with pytest.raises(ValueError, match="do not chain"):
+        tilegym_cutile_rs.matmul(a, torch.randn(7, 2, device="cuda"))
+    with pytest.raises(ValueError, match="use bmm"):
+        tilegym_cutile_rs.matmul(a.unsqueeze(0), torch.randn(1, 8, 2, device="cuda"))
+    with pytest.raises(ValueError, match="use matmul"):
+        tilegym_cutile_rs.bmm(a, torch.randn(8, 2, device="cuda"))
+    with pytest.raises(ValueError, match="batch sizes"):
+        tilegym_cutile_rs.bmm(torch.randn(2, 4, 8, device="cuda"), torch.randn(3, 8, 2, device="cuda"))
+    with pytest.raises(TypeError, match="cast"):
+        tilegym_cutile_rs.matmul(a, torch.randn(8, 2, device="cuda", dtype=torch.float16))
+    with pytest.raises(TypeError, match="supports"):
+        tilegym_cutile_rs.matmul(a.double(), a.double().t())
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        tilegym_cutile_rs.matmul(a, torch.randn(8, 2))
+
+
+def test_side_stream_and_graph_capture() -> None:
+    a, b = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16), torch.randn(128, 64, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        c = tilegym_cutile_rs.matmul(a, b)
+    side.synchronize()
+    torch.testing.assert_close(c, reference(a, b), **TOL[torch.bfloat16])
+    tilegym_cutile_rs.matmul(a, b)  # compile and record outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = tilegym_cutile_rs.matmul(a, b)
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured, reference(a, b), **TOL[torch.bfloat16])
