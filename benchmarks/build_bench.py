@@ -7,7 +7,8 @@ Prints, in one table:
   dir, nothing changed), both through pip's isolated build environment;
 - the developer loop in a scratch virtual environment: `pip install -e .` once, then
   again with nothing changed (no-op), then after one kernel file is touched (cargo
-  rebuilds the ops crate and relinks the library, as after an edit);
+  rebuilds the ops crate and relinks the library, as after an edit); then the no-op
+  with `--no-build-isolation`, the build requirements installed in that environment;
 - wheel and library sizes, and the import time of the installed package (median of
   5 fresh interpreters, minus bare interpreter start-up).
 """
@@ -69,6 +70,15 @@ def main() -> None:
         rows.append(("no-op `pip install -e .`", f"{timed(dev_pip, env):.0f} s"))
         KERNEL.touch()
         rows.append((f"`pip install -e .` after touching {KERNEL.relative_to(ROOT)}", f"{timed(dev_pip, env):.0f} s"))
+        # The same loop without build isolation: the build requirements installed once in the
+        # environment (their scripts, cargo-zigbuild among them, on PATH), none set up per build.
+        import tomllib
+
+        requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+        subprocess.run([*dev_pip[:4], "-q", *requires], check=True)
+        dev_env = {**env, "PATH": f"{tmp_path / 'dev' / 'bin'}{os.pathsep}{env.get('PATH', '')}"}
+        timed([*dev_pip, "--no-build-isolation"], dev_env)  # the first (this environment's own paths)
+        rows.append(("no-op `pip install -e . --no-build-isolation`", f"{timed([*dev_pip, '--no-build-isolation'], dev_env):.0f} s"))
         rows.append((f"wheel size ({wheel.name})", f"{wheel.stat().st_size / 2**20:.1f} MiB"))
         rows.append(("libcutile_kernels.so size", f"{lib.file_size / 2**20:.1f} MiB"))
     base = startup("pass")
