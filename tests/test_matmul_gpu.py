@@ -118,6 +118,31 @@ def test_bad_input_on_the_gpu() -> None:
         tilegym_cutile_rs.matmul(a, torch.randn(8, 2))
 
 
+@pytest.mark.parametrize("group_m", [0, 8])
+def test_persistent_and_per_tile_kernels_agree(group_m: int) -> None:
+    from tilegym_cutile_rs import MatmulConfig
+
+    # More tiles than CTAs (the persistent CTAs loop), a partial last group, and a batch.
+    a, b = make((3, 1000, 300), torch.bfloat16, False), make((3, 300, 1200), torch.bfloat16, True)
+    c = tilegym_cutile_rs.bmm(a, b, config=MatmulConfig(64, 64, 32, 0, 0, group_m))
+    torch.testing.assert_close(c, reference(a, b), **TOL[torch.bfloat16])
+    a2, b2 = torch.randn(333, 777, device="cuda"), torch.randn(777, 555, device="cuda")
+    c2 = tilegym_cutile_rs.matmul(a2, b2, config=MatmulConfig(64, 64, 32, 1, 0, group_m))
+    torch.testing.assert_close(c2, (a2.double() @ b2.double()).float(), atol=1e-2, rtol=1e-3)
+
+
+def test_tilegym_keywords_change_what_they_say() -> None:
+    from tilegym_cutile_rs.ops.matmul import OP
+
+    a, b = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16), torch.randn(384, 256, device="cuda", dtype=torch.bfloat16)
+    for persistent in (True, False, None):
+        c = OP.tilegym["matmul"](a.t().contiguous(), b, trans_a=True, trans_b=True, static_persistent=persistent, use_tma=True)
+        torch.testing.assert_close(c, reference(a, b.t()), **TOL[torch.bfloat16])
+    a3, b3 = torch.randn(2, 64, 96, device="cuda", dtype=torch.float16), torch.randn(2, 80, 96, device="cuda", dtype=torch.float16)
+    c3 = OP.tilegym["bmm"](a3, b3, transpose_b=True, static_persistent=True)
+    torch.testing.assert_close(c3, reference(a3, b3.transpose(-1, -2)), **TOL[torch.float16])
+
+
 def test_side_stream_and_graph_capture() -> None:
     a, b = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16), torch.randn(128, 64, device="cuda", dtype=torch.bfloat16)
     side = torch.cuda.Stream()

@@ -33,6 +33,14 @@ def name(index: int) -> str:
 
 
 @functools.cache
+def sm_count(index: int) -> int:
+    """Streaming multiprocessors of device `index` (persistent kernels launch a multiple of it)."""
+    import torch
+
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
+
+
+@functools.cache
 def raw_stream_getter() -> Any:
     """torch's function from a device index to its current CUstream handle."""
     import torch

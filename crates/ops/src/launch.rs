@@ -152,18 +152,21 @@ impl FirstLaunch {
     /// `resolve(s)` yields cutile's key for this launch on stream `s` without
     /// compiling (`specialize_on`); `run()` makes the launch (`async_on` on
     /// `self.stream`); `replay()` gives the grid cutile derives and the kernel's
-    /// arguments in cutile's order, asked only when the launch is to be recorded.
+    /// arguments in cutile's order, asked only when the launch is to be recorded, or
+    /// None for a kernel whose argument list the op does not spell out (it then
+    /// always launches through cutile).
     pub fn run(
         &self,
         resolve: impl FnOnce(&Arc<Stream>) -> Result<TileFunctionKey, DeviceError>,
         run: impl FnOnce() -> Result<(), DeviceError>,
-        replay: impl FnOnce() -> OpResult<((u32, u32, u32), Args)>,
+        replay: impl FnOnce() -> OpResult<Option<((u32, u32, u32), Args)>>,
     ) -> OpResult<()> {
         let resolved = warm_start::launch(&self.ctx, &self.stream, self.key.signature(), self.kernel, resolve, run)
             .map_err(|e| runtime::launch_error(self.op, e))?;
         if let Some(cutile_key) = resolved {
-            let (grid, args) = replay()?;
-            replay::record(&self.key.0, &cutile_key, grid, args);
+            if let Some((grid, args)) = replay()? {
+                replay::record(&self.key.0, &cutile_key, grid, args);
+            }
         }
         Ok(())
     }

@@ -76,3 +76,13 @@ fn float32_gemm_lowers_in_full_precision_and_tf32() {
         }
     }
 }
+
+#[test]
+fn persistent_gemm_lowers_for_every_architecture() {
+    // Grouped order: 8 row blocks of a column, then the next column; batches one by one.
+    for (kernel, dtype) in [("gemm_persistent", "bf16"), ("gemm_persistent", "f16"), ("gemm_tf32_persistent", "f32")] {
+        for layout in &LAYOUTS {
+            lower_and_assemble(kernel, &[dtype, "128", "128", "64", "1", "8", "1"], layout, &ARCHS);
+        }
+    }
+}

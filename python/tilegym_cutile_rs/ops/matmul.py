@@ -21,13 +21,15 @@ EXPORT = "cutile_matmul"
 class MatmulConfig(NamedTuple):
     """A GEMM launch: `[block_m, block_n]` output tiles per CTA walking K in `block_k`
     steps (powers of two), `occupancy` CTAs per SM and `warps` worker warps per CTA
-    (0: tileiras' choice)."""
+    (0: tileiras' choice). `group_m` > 0 takes the persistent kernel: SMs x max(occupancy, 1)
+    CTAs walk the tiles `group_m` row blocks of a column at a time; 0: one CTA per tile."""
 
     block_m: int
     block_n: int
     block_k: int
     occupancy: int = 0
     warps: int = 0
+    group_m: int = 0
 
 
 # Per architecture and element size: the widest (block_m, block_n, block_k), cut down to
@@ -39,6 +41,8 @@ TILES = {
 }
 DEFAULT_TILES = {2: (128, 128, 32), 4: (64, 64, 32)}
 MIN_BLOCK = 16
+# Row blocks per group in the persistent kernel's tile order (as Triton's tutorial's GROUP_SIZE_M).
+GROUP_M = 8
 
 
 def _next_pow2(n: int) -> int:
@@ -64,7 +68,8 @@ def matmul_candidates(m: int, n: int, k: int, dtype: torch.dtype, arch: str = "s
             for bk in (32, 64):
                 for occupancy in (0, 1, 2):
                     for warps in (0, 8):
-                        configs.add(MatmulConfig(_fit(bm, m), _fit(bn, n), _fit(bk, k), occupancy, warps))
+                        for group_m in (0, GROUP_M):
+                            configs.add(MatmulConfig(_fit(bm, m), _fit(bn, n), _fit(bk, k), occupancy, warps, group_m))
     return sorted(configs)
 
 
@@ -92,12 +97,17 @@ def _tf32(dtype: torch.dtype) -> bool:
 
 def _launch(c3: torch.Tensor, a3: torch.Tensor, b3: torch.Tensor, config: MatmulConfig, index: int) -> None:
     what = ("matmul", a3.dtype, tuple(a3.shape), tuple(b3.shape), "config", config)
-    args = (*_op.tensor_descs(c3, a3, b3), int(_tf32(a3.dtype)), *config)
+    ctas = _device.sm_count(index) * max(config.occupancy, 1)  # the persistent kernel's CTAs
+    args = (*_op.tensor_descs(c3, a3, b3), int(_tf32(a3.dtype)), ctas, *config)
     _op.call("matmul", EXPORT, args, index, what)
 
 
-def _product(a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor:
-    """c = a3 · b3 for 3-D operands (each matrix row- or column-major), as a new contiguous tensor."""
+def _product(
+    a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool, persistent: bool | None = None
+) -> torch.Tensor:
+    """c = a3 · b3 for 3-D operands (each matrix row- or column-major), as a new contiguous
+    tensor. `persistent` True or False overrides the chosen config's kernel (TileGym's
+    static_persistent); None keeps it."""
     import torch
 
     batch, m, k = a3.shape
@@ -127,16 +137,24 @@ def _product(a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool) ->
             tuner,
             autotune,
         )
+    if persistent is not None and (chosen.group_m > 0) != persistent:
+        chosen = chosen._replace(group_m=GROUP_M if persistent else 0)
     _launch(c3, a3, b3, chosen, index)
     return c3
 
 
-def _check(op: str, a: Any, b: Any, ndim: int) -> None:
+def _require_tensors(op: str, a: Any, b: Any) -> None:
     import torch
 
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op} takes torch.Tensor arguments; {name} is {type(t).__name__}")
+
+
+def _check(op: str, a: Any, b: Any, ndim: int) -> None:
+    import torch
+
+    _require_tensors(op, a, b)
     for t in (a, b):
         _device.check_cuda_tensor(t, op)
     if a.device != b.device:
@@ -163,30 +181,33 @@ def _autograd_function() -> Any:
         the transposes passed as column-major views (no copies)."""
 
         @staticmethod
-        def forward(ctx: Any, a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor:
+        def forward(
+            ctx: Any, a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool, persistent: bool | None
+        ) -> torch.Tensor:
             ctx.save_for_backward(a3, b3)
-            ctx.config = config
-            return _product(a3, b3, config, autotune)
+            ctx.persistent = persistent
+            return _product(a3, b3, config, autotune, persistent)
 
         @staticmethod
-        def backward(ctx: Any, dc: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
+        def backward(ctx: Any, dc: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None]:
             a3, b3 = ctx.saved_tensors
             dc = _operand(dc)
-            da = _product(dc, _operand(b3.transpose(-1, -2)), None, False) if ctx.needs_input_grad[0] else None
-            db = _product(_operand(a3.transpose(-1, -2)), dc, None, False) if ctx.needs_input_grad[1] else None
-            return da, db, None, None
+            bt, at = _operand(b3.transpose(-1, -2)), _operand(a3.transpose(-1, -2))
+            da = _product(dc, bt, None, False, ctx.persistent) if ctx.needs_input_grad[0] else None
+            db = _product(at, dc, None, False, ctx.persistent) if ctx.needs_input_grad[1] else None
+            return da, db, None, None, None
 
     return Matmul
 
 
-def _run(a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor:
+def _run(a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool, persistent: bool | None = None) -> torch.Tensor:
     import torch
 
     a3, b3 = _operand(a3), _operand(b3)
     if (a3.requires_grad or b3.requires_grad) and torch.is_grad_enabled():
-        with_grad: torch.Tensor = _autograd_function().apply(a3, b3, config, autotune)
+        with_grad: torch.Tensor = _autograd_function().apply(a3, b3, config, autotune, persistent)
         return with_grad
-    return _product(a3, b3, config, autotune)
+    return _product(a3, b3, config, autotune, persistent)
 
 
 def matmul(
@@ -213,10 +234,9 @@ def bmm(
     return _run(a, b, config, autotune)
 
 
-# TileGym's keywords, and what they mean for our kernels.
+# TileGym's keywords besides the transposes and static_persistent (which picks the persistent
+# kernel, True, or one CTA per tile, False), and what they mean for our kernels.
 _TILEGYM_KWARGS = {
-    # One kernel family: every output tile is its own CTA; there is no persistent variant yet.
-    "static_persistent",
     # tileiras decides how tiles are loaded (TMA where it pays); there is no separate TMA kernel.
     "use_tma",
 }
@@ -231,22 +251,40 @@ def _warn_unknown(op: str, kwargs: dict[str, Any]) -> None:
 
 
 def _tilegym_matmul(
-    a: torch.Tensor, b: torch.Tensor, trans_a: bool | None = None, trans_b: bool | None = None, **kwargs: Any
+    a: torch.Tensor,
+    b: torch.Tensor,
+    trans_a: bool | None = None,
+    trans_b: bool | None = None,
+    static_persistent: bool | None = True,
+    **kwargs: Any,
 ) -> torch.Tensor:
     """TileGym's `matmul(a, b, trans_a=None, trans_b=None, static_persistent=True, use_tma=None, **kw)`:
     `trans_a` takes a as `[K, M]` (computes aᵀ · b), `trans_b` takes b as `[N, K]`; both are
-    read in place as column-major views. `static_persistent` and `use_tma` change nothing."""
+    read in place as column-major views. `static_persistent` True takes the persistent kernel
+    (grouped tile order), False one CTA per tile, None the heuristic's choice; `use_tma`
+    changes nothing."""
     _warn_unknown("matmul", kwargs)
-    return matmul(a.t() if trans_a else a, b.t() if trans_b else b)
+    _require_tensors("matmul", a, b)
+    a2, b2 = (a.t() if trans_a else a), (b.t() if trans_b else b)
+    _check("matmul", a2, b2, 2)
+    return _run(a2.unsqueeze(0), b2.unsqueeze(0), None, False, static_persistent).squeeze(0)
 
 
 def _tilegym_bmm(
-    a: torch.Tensor, b: torch.Tensor, transpose_a: bool | None = None, transpose_b: bool | None = None, **kwargs: Any
+    a: torch.Tensor,
+    b: torch.Tensor,
+    transpose_a: bool | None = None,
+    transpose_b: bool | None = None,
+    static_persistent: bool | None = True,
+    **kwargs: Any,
 ) -> torch.Tensor:
     """TileGym's `bmm(a, b, transpose_a=None, transpose_b=None, static_persistent=True, **kw)`,
-    the transposes read in place as for `_tilegym_matmul`."""
+    the transposes read in place and static_persistent as for `_tilegym_matmul`."""
     _warn_unknown("bmm", kwargs)
-    return bmm(a.transpose(-1, -2) if transpose_a else a, b.transpose(-1, -2) if transpose_b else b)
+    _require_tensors("bmm", a, b)
+    a3, b3 = (a.transpose(-1, -2) if transpose_a else a), (b.transpose(-1, -2) if transpose_b else b)
+    _check("bmm", a3, b3, 3)
+    return _run(a3, b3, None, False, static_persistent)
 
 
 def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, autotune: bool) -> MatmulConfig:

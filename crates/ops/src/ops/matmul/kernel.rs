@@ -8,6 +8,12 @@
 //! float16 and bfloat16 operands go to the tensor cores as they are. float32 ones
 //! take `gemm` (float32 mma: full precision) or `gemm_tf32` (rounded to TF32 first,
 //! the tensor cores' fast path), as torch.backends.cuda.matmul.allow_tf32 says.
+//!
+//! The persistent variants launch a fixed number of CTAs (the host picks about the
+//! GPU's resident capacity) that walk the output tiles in grouped order: cutile's mapped
+//! partitions (`MappedPartitionMut`, `iter_indices`), whose map shape `[1, GROUP, 1]`
+//! takes GROUP row blocks of a column before the next column, so the b tiles a group
+//! shares are read while they are in L2.
 
 #[cutile::module]
 pub mod matmul_kernels {
@@ -58,6 +64,59 @@ pub mod matmul_kernels {
             acc = mma(ta, tb, acc);
         }
         store_tile(c, acc);
+    }
+
+    /// `gemm` as a persistent kernel: each CTA takes output tiles from the mapped
+    /// partition's grouped stream until none is left.
+    #[cutile::entry()]
+    fn gemm_persistent<E: ElementType, const BM: i32, const BN: i32, const BK: i32, const MAP: [i32; 3]>(
+        mut c: MappedPartitionMut<E, { [1, BM, BN] }, MAP>,
+        a: &Tensor<E, { [-1, -1, -1] }>,
+        b: &Tensor<E, { [-1, -1, -1] }>,
+    ) {
+        let pa: Partition<E, { [1, BM, BK] }> =
+            unsafe { make_partition_view(a, shape![1, BM, BK], padding::Zero, dim_map::Identity, a.token()) };
+        let pb: Partition<E, { [1, BK, BN] }> =
+            unsafe { make_partition_view(b, shape![1, BK, BN], padding::Zero, dim_map::Identity, b.token()) };
+        let steps: i32 = num_tiles(&pa, 2);
+        for index in c.iter_indices() {
+            let (batch, row, col) = index.components();
+            let mut acc: Tile<f32, { [BM, BN] }> = constant(0.0f32, shape![BM, BN]);
+            for k in 0i32..steps {
+                let ta: Tile<E, { [BM, BK] }> = pa.load([batch, row, k]).reshape(shape![BM, BK]);
+                let tb: Tile<E, { [BK, BN] }> = pb.load([batch, k, col]).reshape(shape![BK, BN]);
+                acc = mma(ta, tb, acc);
+            }
+            let out: Tile<E, { [1, BM, BN] }> = convert_tile(acc.reshape(shape![1, BM, BN]));
+            c.store(out, index);
+        }
+    }
+
+    /// `gemm_tf32` as a persistent kernel, as `gemm_persistent`.
+    #[cutile::entry()]
+    fn gemm_tf32_persistent<E: ElementType, const BM: i32, const BN: i32, const BK: i32, const MAP: [i32; 3]>(
+        mut c: MappedPartitionMut<E, { [1, BM, BN] }, MAP>,
+        a: &Tensor<E, { [-1, -1, -1] }>,
+        b: &Tensor<E, { [-1, -1, -1] }>,
+    ) {
+        let pa: Partition<E, { [1, BM, BK] }> =
+            unsafe { make_partition_view(a, shape![1, BM, BK], padding::Zero, dim_map::Identity, a.token()) };
+        let pb: Partition<E, { [1, BK, BN] }> =
+            unsafe { make_partition_view(b, shape![1, BK, BN], padding::Zero, dim_map::Identity, b.token()) };
+        let steps: i32 = num_tiles(&pa, 2);
+        for index in c.iter_indices() {
+            let (batch, row, col) = index.components();
+            let mut acc: Tile<f32, { [BM, BN] }> = constant(0.0f32, shape![BM, BN]);
+            for k in 0i32..steps {
+                let ta: Tile<E, { [BM, BK] }> = pa.load([batch, row, k]).reshape(shape![BM, BK]);
+                let tb: Tile<E, { [BK, BN] }> = pb.load([batch, k, col]).reshape(shape![BK, BN]);
+                let ta: Tile<tf32, { [BM, BK] }> = convert_tile(ta);
+                let tb: Tile<tf32, { [BK, BN] }> = convert_tile(tb);
+                acc = mma(ta, tb, acc);
+            }
+            let out: Tile<E, { [1, BM, BN] }> = convert_tile(acc.reshape(shape![1, BM, BN]));
+            c.store(out, index);
+        }
     }
 
     /// The accumulator, in c's type, into this CTA's `[1, BM, BN]` output tile.

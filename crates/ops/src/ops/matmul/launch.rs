@@ -9,12 +9,15 @@ use cutile::half::{bf16, f16};
 use cutile::prelude::*;
 use cutile::tensor::KernelOutputStored;
 
-/// A config's tile shape: `[block_m, block_n]` output tiles, K in `block_k` steps.
+/// A config's tiling: `[block_m, block_n]` output tiles, K in `block_k` steps; with
+/// `group_m` > 0, `ctas` persistent CTAs walk the tiles `group_m` row blocks at a time.
 #[derive(Clone, Copy, Debug)]
 pub struct Tiles {
     pub block_m: i32,
     pub block_n: i32,
     pub block_k: i32,
+    pub group_m: i32,
+    pub ctas: i32,
 }
 
 /// Whether a `[rows, cols]` matrix with these strides is row- or column-major (either
@@ -79,14 +82,31 @@ pub fn matmul(
     check_block("block_n", tiles.block_n)?;
     check_block("block_k", tiles.block_k)?;
     let hints = Hints::checked(occupancy, warps)?;
+    if tiles.group_m < 0 || tiles.group_m > 0 && tiles.ctas < 1 {
+        return Err(OpError::invalid(format!(
+            "group_m = {}, ctas = {}: group_m is 0 (one CTA per tile) or positive with ctas >= 1",
+            tiles.group_m, tiles.ctas
+        )));
+    }
     if batch == 0 || m == 0 || n == 0 {
         return Ok(());
     }
-    let kernel = if tf32 { "gemm_tf32" } else { "gemm" };
+    // Persistent CTAs beyond the tile count would have nothing to do (cutile refuses them).
+    let blocks = |extent: i32, block: i32| (i64::from(extent) + i64::from(block) - 1) / i64::from(block);
+    let tile_count = i64::from(batch) * blocks(m, tiles.block_m) * blocks(n, tiles.block_n);
+    let tiles = Tiles { ctas: i64::from(tiles.ctas).min(tile_count) as i32, ..tiles };
+    let kernel = match (tf32, tiles.group_m > 0) {
+        (false, false) => "gemm",
+        (true, false) => "gemm_tf32",
+        (false, true) => "gemm_persistent",
+        (true, true) => "gemm_tf32_persistent",
+    };
     let key = Key::new(kernel, device)
         .with(tiles.block_m)
         .with(tiles.block_n)
         .with(tiles.block_k)
+        .with(tiles.group_m)
+        .with(if tiles.group_m > 0 { tiles.ctas } else { 0 })
         .hints(hints)
         .tensor(c)
         .tensor(a)
@@ -114,25 +134,42 @@ fn launch_first<T: cutile::DType>(
     let tensor = |t: &CheckedTensor| unsafe { Tensor::<T>::borrow_raw_parts(t.ptr, ctx.clone(), t.shape.clone(), t.strides.clone()) };
     let tile = [1, tiles.block_m, tiles.block_n];
     let partition = tile.map(|t| t as usize);
+    let persistent = tiles.group_m > 0;
+    // The persistent kernels' map: group_m row blocks of one column, batch entries one by one.
+    let map = [1, tiles.group_m.max(1), 1];
     let generics = || {
-        let blocks = [tiles.block_m, tiles.block_n, tiles.block_k].map(|t| t.to_string());
-        [vec![c.dtype.jit_name().to_string()], blocks.to_vec()].concat()
+        let mut g = vec![c.dtype.jit_name().to_string()];
+        g.extend([tiles.block_m, tiles.block_n, tiles.block_k].map(|t| t.to_string()));
+        if persistent {
+            g.extend(map.map(|t| t.to_string()));
+        }
+        g
     };
     // The kernel's launcher for this launch, handed to `$finish` as `$l` (the two kernels' types differ).
     macro_rules! with_launcher {
         (|$l:ident| $finish:expr) => {{
             let (mut ct, at, bt) = (tensor(c), tensor(a), tensor(b));
-            let options = hints.compile_options();
-            if tf32 {
-                let $l = matmul_kernels::gemm_tf32((&mut ct).partition(partition), &at, &bt)
-                    .generics(generics())
-                    .compile_options(options);
-                $finish
-            } else {
-                let $l = matmul_kernels::gemm((&mut ct).partition(partition), &at, &bt)
-                    .generics(generics())
-                    .compile_options(options);
-                $finish
+            let (g, o) = (generics(), hints.compile_options());
+            let out = (&mut ct).partition(partition);
+            match (tf32, persistent) {
+                (false, false) => {
+                    let $l = matmul_kernels::gemm(out, &at, &bt).generics(g).compile_options(o);
+                    $finish
+                }
+                (true, false) => {
+                    let $l = matmul_kernels::gemm_tf32(out, &at, &bt).generics(g).compile_options(o);
+                    $finish
+                }
+                (false, true) => {
+                    let out = out.map(map.map(|t| t as usize), tiles.ctas as u32);
+                    let $l = matmul_kernels::gemm_persistent(out, &at, &bt).generics(g).compile_options(o);
+                    $finish
+                }
+                (true, true) => {
+                    let out = out.map(map.map(|t| t as usize), tiles.ctas as u32);
+                    let $l = matmul_kernels::gemm_tf32_persistent(out, &at, &bt).generics(g).compile_options(o);
+                    $finish
+                }
             }
         }};
     }
@@ -141,6 +178,9 @@ fn launch_first<T: cutile::DType>(
         // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
         || with_launcher!(|l| unsafe { l.async_on(&first.stream) }.map(|_| ())),
         || {
+            if persistent {
+                return Ok(None); // a mapped partition's arguments are cutile's to spell: no replay
+            }
             let mut ct = tensor(c);
             let grid = KernelOutputStored::<T>::grid(&(&mut ct).partition(partition))
                 .map_err(|e| OpError::invalid(format!("matmul launch grid: {e}")))?;
@@ -148,7 +188,7 @@ fn launch_first<T: cutile::DType>(
                 .partition(0, &c.shape, &c.strides, &tile)
                 .tensor(1, &a.shape, &a.strides)
                 .tensor(2, &b.shape, &b.strides);
-            Ok((grid, args))
+            Ok(Some((grid, args)))
         },
     )
 }

@@ -229,7 +229,7 @@ fn launch_first<T: cutile::DType>(
             if kernel.takes_row_stride() {
                 args = args.scalar(x.strides[0]);
             }
-            Ok((grid, args))
+            Ok(Some((grid, args)))
         },
     )
 }

@@ -107,7 +107,7 @@ fn forward_first<T: cutile::DType>(
                 .partition(0, &y.shape, &y.strides, &tile)
                 .tensor(1, &a.shape, &a.strides)
                 .tensor(2, &b.shape, &b.strides);
-            Ok((grid, args))
+            Ok(Some((grid, args)))
         },
     )
 }
@@ -198,7 +198,7 @@ fn backward_first<T: cutile::DType>(
                 .tensor(1, &dy.shape, &dy.strides)
                 .tensor(2, &a.shape, &a.strides)
                 .tensor(3, &b.shape, &b.strides);
-            Ok((grid, args))
+            Ok(Some((grid, args)))
         },
     )
 }
