@@ -1,8 +1,9 @@
-"""Timing helpers the softmax benchmark scripts share (imported from the script's directory)."""
+"""Timing helpers the benchmark scripts share (imported from the script's directory)."""
 
 from __future__ import annotations
 
 import functools
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,3 +58,28 @@ def kernel_us(fn: Callable[[], Any], reps: int, flush: bool) -> float:
     if len(durations) != reps:
         raise RuntimeError(f"expected {reps} softmax kernels in the profile, found {len(durations)}")
     return sum(durations) / reps
+
+
+def bench_timer() -> Callable[[Callable[[], Any]], float]:
+    """ms per call of a function: triton.testing.do_bench (L2 flushed between runs) when
+    Triton is installed, else the median of 20 CUDA-event timings after 5 warm-up calls."""
+    try:
+        from triton.testing import do_bench
+
+        return lambda fn: do_bench(fn, warmup=25, rep=100)
+    except ImportError:
+
+        def events(fn: Callable[[], Any]) -> float:
+            for _ in range(5):
+                fn()
+            times = []
+            for _ in range(20):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            return statistics.median(times)
+
+        return events

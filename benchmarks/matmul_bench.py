@@ -14,42 +14,18 @@ M in {1, 16, 128, 4096} tokens times (K, N) in {(4096, 14336), (14336, 4096), (4
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections.abc import Callable
-from typing import Any
 
 import tilegym_cutile_rs
 import torch
+from _timing import bench_timer
 
 MATMUL = [(1024, 1024, 1024), (1024, 1024, 1023), (8192, 8192, 8192), (8, 8, 8), (3072, 6144, 2720), (4096, 4096, 4096)]
 MATMUL += [(m, n, k) for m in (1, 16, 128, 4096) for k, n in ((4096, 14336), (14336, 4096), (4096, 128256))]
 BMM = [(4, m, n, k) for m in (128, 1024) for n in (256, 512) for k in (511, 1024)]
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def _timer() -> Callable[[Callable[[], Any]], float]:
-    try:
-        from triton.testing import do_bench
-
-        return lambda fn: do_bench(fn, warmup=25, rep=100)
-    except ImportError:
-
-        def events(fn: Callable[[], Any]) -> float:
-            for _ in range(5):
-                fn()
-            times = []
-            for _ in range(20):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            return statistics.median(times)
-
-        return events
 
 
 def triton_matmul() -> Product | None:
@@ -113,7 +89,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dtypes", default="bfloat16")
     args = parser.parse_args()
-    bench = _timer()
+    bench = bench_timer()
     cutile = tilegym_cutile()
     triton = triton_matmul()
     mm_fns: dict[str, Product] = {"cuBLAS": torch.matmul}

@@ -16,44 +16,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
 from collections.abc import Callable
-from typing import Any
 
 import tilegym_cutile_rs
 import torch
 from _peers import tilegym_cutile_softmax, triton_softmax
-from _timing import host_us_per_call
+from _timing import bench_timer, host_us_per_call
 
 BRIEF_SHAPES = [(8192, 256), (8192, 1024), (8192, 4096), (2048, 32768)]
 TILEGYM_SHAPES = [(256, 256), (256, 2048), (256, 32768), (256, 9), (256, 1009)]
-
-
-def _timer() -> Callable[[Callable[[], Any]], float]:
-    try:
-        from triton.testing import do_bench
-
-        return lambda fn: do_bench(fn, warmup=25, rep=100)
-    except ImportError:
-
-        def events(fn: Callable[[], Any]) -> float:
-            for _ in range(5):
-                fn()
-            times = []
-            for _ in range(20):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            return statistics.median(times)
-
-        return events
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -70,7 +45,7 @@ def throughput(shapes: list[tuple[int, int]], dtypes: list[torch.dtype], rounds:
         "cutile-python": tilegym_cutile_softmax(),
     }
     peers = {k: v for k, v in peers.items() if v is not None}
-    bench = _timer()
+    bench = bench_timer()
     cols = ["M x N", "dtype", *peers, "ours", "ours / best peer"]
     print("| " + " | ".join(cols) + " |")
     print("|" + " --- |" * len(cols))

@@ -16,7 +16,6 @@ copy of the same bytes (`dst.copy_(src)`), the bandwidth ceiling of the same run
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import tilegym_cutile_rs
 import torch
 import torch.nn.functional as F
+from _timing import bench_timer
 
 # LLM MLP widths (Llama-3 8B: 14336, Llama-2 7B: 11008) at prefill and decode, and
 # TileGym's silu_and_mul perf shapes (64 x 1024 tokens, hidden 512-8192).
@@ -31,29 +31,6 @@ SHAPES = [(4096, 14336), (16384, 14336), (4096, 11008), (1, 11008), (128, 14336)
 SHAPES += [(65536, h) for h in (512, 1024, 4096, 8192)]
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 Pair = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def _timer() -> Callable[[Callable[[], Any]], float]:
-    try:
-        from triton.testing import do_bench
-
-        return lambda fn: do_bench(fn, warmup=25, rep=100)
-    except ImportError:
-
-        def events(fn: Callable[[], Any]) -> float:
-            for _ in range(5):
-                fn()
-            times = []
-            for _ in range(20):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            return statistics.median(times)
-
-        return events
 
 
 def _eager(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -96,7 +73,7 @@ def main() -> None:
     parser.add_argument("--dtypes", default="bfloat16,float16,float32")
     args = parser.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
-    bench = _timer()
+    bench = bench_timer()
     fns = {**peers(), "ours": tilegym_cutile_rs.swiglu}
     names = [n for n in fns if n != "ours"]
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")

@@ -12,7 +12,7 @@ from tilegym_cutile_rs.ops import matmul as mm
 from .test_abi import desc
 
 
-def call(lib, c, a, b, tf32=0, config=(16, 16, 16, 0, 0, 0), ctas=1):  # type: ignore[no-untyped-def]
+def call(lib, c, a, b, tf32=0, config=(16, 16, 16, 0, 0, 0, 0), ctas=1):  # type: ignore[no-untyped-def]
     return lib.cutile_matmul(c, a, b, tf32, ctas, *config, 0, 0), _library.last_error()
 
 
@@ -31,10 +31,11 @@ def call(lib, c, a, b, tf32=0, config=(16, 16, 16, 0, 0, 0), ctas=1):  # type: i
         ({"shape": [1, 4, 8]}, {"shape": [1, 4, 6]}, {"shape": [1, 6, 8]}, 0, (16, 16, 16, 40), "occupancy"),
         ({"shape": [1, 4, 8]}, {"shape": [1, 4, 6], "ptr": 0}, {"shape": [1, 6, 8]}, 0, (16, 16, 16), "null"),
         ({"shape": [1, 4, 8]}, {"shape": [1, 4, 6]}, {"shape": [1, 6, 8]}, 0, (16, 16, 16, 0, 0, -1), "group_m = -1"),
+        ({"shape": [1, 4, 8]}, {"shape": [1, 4, 6]}, {"shape": [1, 6, 8]}, 0, (16, 16, 16, 0, 0, 0, 3), "cga = 3"),
     ],
 )
 def test_library_rejects_bad_views_before_any_launch(lib, c_kw, a_kw, b_kw, tf32, config, fragment) -> None:  # type: ignore[no-untyped-def]
-    status, msg = call(lib, desc(lib, **c_kw), desc(lib, **a_kw), desc(lib, **b_kw), tf32, (*config, 0, 0, 0)[:6])
+    status, msg = call(lib, desc(lib, **c_kw), desc(lib, **a_kw), desc(lib, **b_kw), tf32, (*config, 0, 0, 0, 0)[:7])
     assert status == lib.CUTILE_ERR_INVALID_ARGUMENT or status == lib.CUTILE_ERR_NULL_POINTER, msg
     assert fragment in msg, msg
 
@@ -44,7 +45,7 @@ def test_an_empty_product_launches_nothing(lib) -> None:  # type: ignore[no-unty
     status, msg = call(lib, desc(lib, [1, 0, 8]), desc(lib, [1, 0, 6], [0, 1, 1]), desc(lib, [1, 6, 8], [48, 1, 6]))
     assert status == lib.CUTILE_OK, msg
     # The persistent kernel needs CTAs to run on.
-    status, msg = call(lib, desc(lib, [1, 4, 8]), desc(lib, [1, 4, 6]), desc(lib, [1, 6, 8]), 0, (16, 16, 16, 0, 0, 8), ctas=0)
+    status, msg = call(lib, desc(lib, [1, 4, 8]), desc(lib, [1, 4, 6]), desc(lib, [1, 6, 8]), 0, (16, 16, 16, 0, 0, 8, 0), ctas=0)
     assert status == lib.CUTILE_ERR_INVALID_ARGUMENT and "ctas >= 1" in msg, msg
 
 
@@ -74,16 +75,19 @@ def test_every_config_is_one_the_library_takes(lib, m: int, n: int, k: int, dtyp
             assert mm.MIN_BLOCK <= block <= lib.CUTILE_MAX_BLOCK and block & (block - 1) == 0, config
         assert 0 <= config.occupancy <= lib.CUTILE_MAX_OCCUPANCY, config
         assert config.warps == 0 or lib.CUTILE_WORKER_WARPS_BEFORE_TILEIRAS_13_5 >> config.warps & 1, config
+        assert config.cga == 0 or (config.cga <= lib.CUTILE_MAX_CTAS_IN_CGA and config.cga & (config.cga - 1) == 0), config
     assert mm.matmul_config(m, n, k, dtype, arch) in mm.matmul_candidates(m, n, k, dtype, arch)
 
 
 def test_the_heuristic_depends_on_the_architecture_and_fits_the_problem() -> None:
     big = (4096, 4096, 4096)
-    assert mm.matmul_config(*big, torch.bfloat16, "sm_90") == (128, 128, 64, 0, 0, 0)
-    assert mm.matmul_config(*big, torch.bfloat16, "sm_80") == (128, 128, 32, 0, 0, 0)
-    assert mm.matmul_config(*big, torch.float32, "sm_90") == (64, 64, 32, 0, 0, 0)
-    # The autotuner also tries the persistent kernel in grouped order.
+    assert mm.matmul_config(*big, torch.bfloat16, "sm_90") == (128, 128, 64, 0, 0, 0, 0)
+    assert mm.matmul_config(*big, torch.bfloat16, "sm_80") == (128, 128, 32, 0, 0, 0, 0)
+    assert mm.matmul_config(*big, torch.float32, "sm_90") == (64, 64, 32, 0, 0, 0, 0)
+    # The autotuner also tries the persistent kernel in grouped order, and clusters where they exist.
     assert any(c.group_m == mm.GROUP_M for c in mm.matmul_candidates(*big, torch.bfloat16, "sm_90"))
+    assert any(c.cga == 2 for c in mm.matmul_candidates(*big, torch.bfloat16, "sm_90"))
+    assert not any(c.cga for arch in ("sm_80", "sm_86", "sm_89") for c in mm.matmul_candidates(*big, torch.bfloat16, arch))
     # Decode: one row takes the smallest row tile; tiny problems the smallest tiles.
     assert mm.matmul_config(1, 14336, 4096, torch.bfloat16, "sm_90")[:3] == (16, 128, 64)
     assert mm.matmul_config(8, 8, 8, torch.bfloat16, "sm_90")[:3] == (16, 16, 16)

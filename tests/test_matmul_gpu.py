@@ -131,6 +131,19 @@ def test_persistent_and_per_tile_kernels_agree(group_m: int) -> None:
     torch.testing.assert_close(c2, (a2.double() @ b2.double()).float(), atol=1e-2, rtol=1e-3)
 
 
+def test_clusters_where_the_gpu_has_them() -> None:
+    from tilegym_cutile_rs import MatmulConfig
+
+    a, b = torch.randn(1000, 512, device="cuda", dtype=torch.bfloat16), torch.randn(512, 700, device="cuda", dtype=torch.bfloat16)
+    if torch.cuda.get_device_capability() >= (9, 0):
+        for group_m in (0, 8):
+            c = tilegym_cutile_rs.matmul(a, b, config=MatmulConfig(128, 128, 64, 0, 0, group_m, 2))
+            torch.testing.assert_close(c, reference(a, b), **TOL[torch.bfloat16])
+    else:  # no clusters before sm_90: the toolchain's refusal is an exception, not a crash
+        with pytest.raises(tilegym_cutile_rs.CutileError):
+            tilegym_cutile_rs.matmul(a, b, config=MatmulConfig(128, 128, 64, 0, 0, 0, 2))
+
+
 def test_tilegym_keywords_change_what_they_say() -> None:
     from tilegym_cutile_rs.ops.matmul import OP
 

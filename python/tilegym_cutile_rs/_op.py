@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import pkgutil
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -225,6 +226,20 @@ def check_config(config: object, config_type: type[ConfigT]) -> ConfigT:
                 f"{lib.CUTILE_MAX_WORKER_WARPS} need tileiras 13.5 or newer"
             )
     return checked
+
+
+_warned_kwargs: set[tuple[str, str]] = set()
+
+
+def ignore_kwargs(op: str, kwargs: Mapping[str, Any], documented: Collection[str] = ()) -> None:
+    """A TileGym adapter's keywords that change nothing for our kernels: the `documented`
+    ones (each op says why) pass silently, any other is logged once per op and name."""
+    unknown = {(op, name) for name in kwargs if name not in documented} - _warned_kwargs
+    if unknown:
+        logging.getLogger("tilegym_cutile_rs").warning(
+            "tilegym %s on cutile-rs ignores keyword(s) %s", op, ", ".join(sorted(name for _, name in unknown))
+        )
+        _warned_kwargs.update(unknown)
 
 
 @dataclass(frozen=True)

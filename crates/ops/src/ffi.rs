@@ -40,6 +40,9 @@ pub const CUTILE_MAX_BLOCK: i32 = 65536;
 pub const CUTILE_MAX_OCCUPANCY: i32 = 32;
 /// Most worker warps per CTA Tile IR defines (`warps`: 0 or a power of two up to this).
 pub const CUTILE_MAX_WORKER_WARPS: i32 = 32;
+/// Most CTAs in a cluster (CGA) a config may ask for (`cga`: 0, tileiras' choice, or a
+/// power of two up to this); GPUs before sm_90 have no clusters.
+pub const CUTILE_MAX_CTAS_IN_CGA: i32 = 16;
 /// Worker-warp counts tileiras before 13.5 compiles, as a bit set (bit w: w warps):
 /// 4 and 8. Later releases take every power of two up to `CUTILE_MAX_WORKER_WARPS`.
 pub const CUTILE_WORKER_WARPS_BEFORE_TILEIRAS_13_5: i32 = 0x110;

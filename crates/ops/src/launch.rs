@@ -10,7 +10,7 @@
 //! through cutile (`crate::warm_start`) and records the launch for the next time.
 
 use crate::abi::{CheckedTensor, OpError, OpResult};
-use crate::ffi::{CUTILE_MAX_BLOCK, CUTILE_MAX_OCCUPANCY, CUTILE_MAX_WORKER_WARPS};
+use crate::ffi::{CUTILE_MAX_BLOCK, CUTILE_MAX_CTAS_IN_CGA, CUTILE_MAX_OCCUPANCY, CUTILE_MAX_WORKER_WARPS};
 use crate::replay::{self, Args, Value};
 use crate::{runtime, warm_start};
 use cuda_core::{Context, Stream};
@@ -37,6 +37,8 @@ pub struct Hints {
     pub occupancy: i32,
     /// Worker warps per CTA.
     pub warps: i32,
+    /// CTAs per cluster (`num_cta_in_cga`); only ops that take it set it (`with_cga`).
+    pub cga: i32,
 }
 
 impl Hints {
@@ -52,7 +54,18 @@ impl Hints {
                 "warps = {warps}: must be 0 (compiler's choice) or a power of two up to {CUTILE_MAX_WORKER_WARPS}"
             )));
         }
-        Ok(Self { occupancy, warps })
+        Ok(Self { occupancy, warps, cga: 0 })
+    }
+
+    /// These hints with `cga` CTAs per cluster, checked: 0 or a power of two up to
+    /// `CUTILE_MAX_CTAS_IN_CGA`.
+    pub fn with_cga(self, cga: i32) -> OpResult<Self> {
+        if cga != 0 && (!(1..=CUTILE_MAX_CTAS_IN_CGA).contains(&cga) || cga & (cga - 1) != 0) {
+            return Err(OpError::invalid(format!(
+                "cga = {cga}: must be 0 (compiler's choice) or a power of two up to {CUTILE_MAX_CTAS_IN_CGA}"
+            )));
+        }
+        Ok(Self { cga, ..self })
     }
 
     pub fn compile_options(self) -> CompileOptions {
@@ -62,6 +75,9 @@ impl Hints {
         }
         if self.warps > 0 {
             options = options.num_worker_warps_per_cta(self.warps);
+        }
+        if self.cga > 0 {
+            options = options.num_cta_in_cga(self.cga);
         }
         options
     }
@@ -92,7 +108,7 @@ impl Key {
     }
 
     pub fn hints(self, hints: Hints) -> Self {
-        self.with(hints.occupancy).with(hints.warps)
+        self.with(hints.occupancy).with(hints.warps).with(hints.cga)
     }
 
     /// Adds a tensor: dtype, extents, strides and its pointer's alignment class.
@@ -147,6 +163,18 @@ pub struct FirstLaunch {
 }
 
 impl FirstLaunch {
+    /// `t` as a cutile tensor of element type `T` in this launch's context, borrowed.
+    ///
+    /// # Safety
+    /// `t` describes a live device allocation of `T` (its descriptor was checked) that the
+    /// caller (torch) keeps alive while the work ordered on the stream runs, and an output
+    /// is written by nobody else meanwhile.
+    pub unsafe fn borrow<T: cutile::DType>(&self, t: &CheckedTensor) -> cutile::tensor::Tensor<T> {
+        unsafe {
+            cutile::tensor::Tensor::<T>::borrow_raw_parts(t.ptr, self.ctx.clone(), t.shape.clone(), t.strides.clone())
+        }
+    }
+
     /// Launches through cutile and records the launch for replay.
     ///
     /// `resolve(s)` yields cutile's key for this launch on stream `s` without
@@ -187,6 +215,11 @@ mod tests {
         assert!(Hints::checked(-1, 0).is_err() && Hints::checked(CUTILE_MAX_OCCUPANCY + 1, 0).is_err());
         for bad in [3, 64, -8] {
             assert!(Hints::checked(0, bad).unwrap_err().message.contains("power of two"));
+        }
+        let hints = Hints::checked(0, 0).unwrap();
+        assert_eq!(hints.with_cga(2).unwrap().cga, 2);
+        for bad in [3, -2, CUTILE_MAX_CTAS_IN_CGA * 2] {
+            assert!(hints.with_cga(bad).unwrap_err().message.starts_with("cga = "));
         }
     }
 

@@ -2,10 +2,11 @@
 //! and operand layout, and assemble with tileiras for every architecture we ship for,
 //! on a machine without a GPU.
 
-use cutile::compile_api::KernelCompiler;
+mod common;
+
+use common::ARCHS;
 use cutile_ops::matmul::kernel::matmul_kernels::__module_ast_self;
 
-const ARCHS: [&str; 4] = ["sm_80", "sm_90", "sm_100", "sm_120"];
 const M: i32 = 1024;
 const N: i32 = 2048;
 const K: i32 = 512;
@@ -17,42 +18,7 @@ const LAYOUTS: [[(&str, [i32; 3]); 3]; 2] = [
 
 fn lower_and_assemble(kernel: &str, generics: &[&str], layout: &[(&str, [i32; 3]); 3], archs: &[&str]) {
     let strides: Vec<(&str, &[i32])> = layout.iter().map(|(name, s)| (*name, &s[..])).collect();
-    for arch in archs {
-        let artifacts = KernelCompiler::new(__module_ast_self, "matmul_kernels", kernel)
-            .generics(generics.iter().map(|g| g.to_string()).collect())
-            .strides(&strides)
-            .target(arch)
-            .compile()
-            .unwrap_or_else(|e| panic!("{kernel}<{generics:?}> failed to lower for {arch}: {e}"));
-        let bytecode = artifacts.bytecode().expect("bytecode");
-        assemble(&format!("{kernel}_{}_{arch}", generics.join("_")), arch, &bytecode);
-    }
-}
-
-/// tileiras runs without a GPU: a kernel it rejects for some architecture fails here.
-fn assemble(name: &str, arch: &str, bytecode: &[u8]) {
-    let tileiras = std::env::var("CUTILE_TILEIRAS_PATH").expect(
-        "CUTILE_TILEIRAS_PATH must name tileiras 13.4 (pip install nvidia-cuda-tileiras nvidia-cuda-nvcc nvidia-nvvm)",
-    );
-    let dir = std::env::temp_dir().join(format!("matmul_lowering_{}_{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (input, output) = (dir.join(format!("{name}.tilebc")), dir.join(format!("{name}.cubin")));
-    std::fs::write(&input, bytecode).unwrap();
-    let run = std::process::Command::new(&tileiras)
-        .args(["--gpu-name", arch, "--opt-level", "3", "-o"])
-        .arg(&output)
-        .arg(&input)
-        .output()
-        .expect("run tileiras");
-    assert!(
-        run.status.success(),
-        "tileiras rejected {name} ({}): {}{}",
-        run.status,
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
-    assert!(std::fs::metadata(&output).unwrap().len() > 0);
-    let _ = std::fs::remove_dir_all(&dir);
+    common::lower_and_assemble(__module_ast_self, "matmul_kernels", kernel, generics, &strides, archs);
 }
 
 #[test]
@@ -84,5 +50,24 @@ fn persistent_gemm_lowers_for_every_architecture() {
         for layout in &LAYOUTS {
             lower_and_assemble(kernel, &[dtype, "128", "128", "64", "1", "8", "1"], layout, &ARCHS);
         }
+    }
+}
+
+#[test]
+fn clustered_gemm_assembles_for_the_architectures_with_clusters() {
+    use cutile::compile_api::KernelCompiler;
+    use cutile::tile_kernel::CompileOptions;
+
+    let strides: Vec<(&str, &[i32])> = LAYOUTS[0].iter().map(|(name, s)| (*name, &s[..])).collect();
+    for arch in ["sm_90", "sm_100", "sm_120"] {
+        let artifacts = KernelCompiler::new(__module_ast_self, "matmul_kernels", "gemm")
+            .generics(["bf16", "128", "128", "64"].map(String::from).to_vec())
+            .strides(&strides)
+            .options(CompileOptions::default().num_cta_in_cga(2))
+            .target(arch)
+            .compile()
+            .unwrap_or_else(|e| panic!("gemm with 2 CTAs per cluster failed to lower for {arch}: {e}"));
+        assert!(artifacts.ir_text().contains("num_cta_in_cga"), "the cluster hint must reach Tile IR");
+        common::assemble(&format!("gemm_cga2_{arch}"), arch, &artifacts.bytecode().expect("bytecode"));
     }
 }

@@ -1,50 +1,18 @@
-//! The softmax kernels lower to Tile IR bytecode for every dtype and both
-//! variants, on a machine without a GPU (tileiras is not involved here).
+//! The softmax kernels lower to Tile IR bytecode for every dtype and variant, and
+//! tileiras assembles them for sm_90, on a machine without a GPU.
+
+mod common;
 
 use cutile::compile_api::KernelCompiler;
 use cutile_ops::softmax::kernel::softmax_kernels::__module_ast_self;
 
+/// Lowers and assembles for sm_90, as the JIT does on the H200; returns the Tile IR text.
 fn lower(kernel: &str, dtype: &str, generics: &[i32]) -> String {
-    let mut all = vec![dtype.to_string()];
-    all.extend(generics.iter().map(|g| g.to_string()));
-    let artifacts = KernelCompiler::new(__module_ast_self, "softmax_kernels", kernel)
-        .generics(all)
-        .strides(&[("y", &[4096, 1]), ("x", &[4096, 1])])
-        .target("sm_90")
-        .compile()
-        .unwrap_or_else(|e| panic!("{kernel}<{dtype},{generics:?}> failed to lower: {e}"));
-    let bytecode = artifacts.bytecode().expect("bytecode");
-    assert_eq!(&bytecode[..8], &[0x7F, b'T', b'i', b'l', b'e', b'I', b'R', 0x00]);
-    assemble_for_sm90(&format!("{kernel}_{dtype}_{}", generics[1]), &bytecode);
-    artifacts.ir_text()
-}
-
-/// tileiras runs without a GPU: assemble the bytecode to an sm_90 cubin, as the
-/// JIT does on the H200, so a kernel tileiras rejects fails here first.
-fn assemble_for_sm90(name: &str, bytecode: &[u8]) {
-    let tileiras = std::env::var("CUTILE_TILEIRAS_PATH").expect(
-        "CUTILE_TILEIRAS_PATH must name tileiras 13.4 (pip install nvidia-cuda-tileiras nvidia-cuda-nvcc nvidia-nvvm)",
-    );
-    let dir = std::env::temp_dir().join(format!("softmax_lowering_{}_{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let input = dir.join(format!("{name}.tilebc"));
-    let output = dir.join(format!("{name}.cubin"));
-    std::fs::write(&input, bytecode).unwrap();
-    let run = std::process::Command::new(&tileiras)
-        .args(["--gpu-name", "sm_90", "--opt-level", "3", "-o"])
-        .arg(&output)
-        .arg(&input)
-        .output()
-        .expect("run tileiras");
-    assert!(
-        run.status.success(),
-        "tileiras rejected {name} ({}): {}{}",
-        run.status,
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
-    assert!(std::fs::metadata(&output).unwrap().len() > 0);
-    let _ = std::fs::remove_dir_all(&dir);
+    let generics: Vec<String> =
+        std::iter::once(dtype.to_string()).chain(generics.iter().map(|g| g.to_string())).collect();
+    let generics: Vec<&str> = generics.iter().map(String::as_str).collect();
+    let strides: &[(&str, &[i32])] = &[("y", &[4096, 1]), ("x", &[4096, 1])];
+    common::lower_and_assemble(__module_ast_self, "softmax_kernels", kernel, &generics, strides, &["sm_90"])
 }
 
 #[test]

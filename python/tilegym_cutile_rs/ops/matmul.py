@@ -4,7 +4,6 @@ row- or column-major operands read in place, gradients by the same kernels."""
 from __future__ import annotations
 
 import functools
-import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _device, _op
@@ -22,7 +21,8 @@ class MatmulConfig(NamedTuple):
     """A GEMM launch: `[block_m, block_n]` output tiles per CTA walking K in `block_k`
     steps (powers of two), `occupancy` CTAs per SM and `warps` worker warps per CTA
     (0: tileiras' choice). `group_m` > 0 takes the persistent kernel: SMs x max(occupancy, 1)
-    CTAs walk the tiles `group_m` row blocks of a column at a time; 0: one CTA per tile."""
+    CTAs walk the tiles `group_m` row blocks of a column at a time; 0: one CTA per tile.
+    `cga` > 0 asks for clusters of that many CTAs (sm_90 and later; 0: tileiras' choice)."""
 
     block_m: int
     block_n: int
@@ -30,6 +30,7 @@ class MatmulConfig(NamedTuple):
     occupancy: int = 0
     warps: int = 0
     group_m: int = 0
+    cga: int = 0
 
 
 # Per architecture and element size: the widest (block_m, block_n, block_k), cut down to
@@ -63,13 +64,15 @@ def matmul_config(m: int, n: int, k: int, dtype: torch.dtype, arch: str = "sm_90
 def matmul_candidates(m: int, n: int, k: int, dtype: torch.dtype, arch: str = "sm_90") -> list[MatmulConfig]:
     """The autotuner's search space: tile shapes (cut to the problem), occupancy, worker warps."""
     configs = {matmul_config(m, n, k, dtype, arch)}
+    clusters = (0, 2) if int(arch.removeprefix("sm_")[:-1] or 0) >= 9 else (0,)  # clusters from Hopper on
     for bm in (64, 128):
         for bn in (64, 128, 256):
             for bk in (32, 64):
                 for occupancy in (0, 1, 2):
                     for warps in (0, 8):
                         for group_m in (0, GROUP_M):
-                            configs.add(MatmulConfig(_fit(bm, m), _fit(bn, n), _fit(bk, k), occupancy, warps, group_m))
+                            tiles = (_fit(bm, m), _fit(bn, n), _fit(bk, k))
+                            configs.update(MatmulConfig(*tiles, occupancy, warps, group_m, cga) for cga in clusters)
     return sorted(configs)
 
 
@@ -240,14 +243,6 @@ _TILEGYM_KWARGS = {
     # tileiras decides how tiles are loaded (TMA where it pays); there is no separate TMA kernel.
     "use_tma",
 }
-_warned_kwargs: set[str] = set()
-
-
-def _warn_unknown(op: str, kwargs: dict[str, Any]) -> None:
-    unknown = set(kwargs) - _TILEGYM_KWARGS
-    if unknown - _warned_kwargs:
-        logging.getLogger("tilegym_cutile_rs").warning("tilegym %s on cutile-rs ignores keyword(s) %s", op, ", ".join(sorted(unknown)))
-        _warned_kwargs.update(unknown)
 
 
 def _tilegym_matmul(
@@ -263,7 +258,7 @@ def _tilegym_matmul(
     read in place as column-major views. `static_persistent` True takes the persistent kernel
     (grouped tile order), False one CTA per tile, None the heuristic's choice; `use_tma`
     changes nothing."""
-    _warn_unknown("matmul", kwargs)
+    _op.ignore_kwargs("matmul", kwargs, _TILEGYM_KWARGS)
     _require_tensors("matmul", a, b)
     a2, b2 = (a.t() if trans_a else a), (b.t() if trans_b else b)
     _check("matmul", a2, b2, 2)
@@ -280,7 +275,7 @@ def _tilegym_bmm(
 ) -> torch.Tensor:
     """TileGym's `bmm(a, b, transpose_a=None, transpose_b=None, static_persistent=True, **kw)`,
     the transposes read in place and static_persistent as for `_tilegym_matmul`."""
-    _warn_unknown("bmm", kwargs)
+    _op.ignore_kwargs("bmm", kwargs, _TILEGYM_KWARGS)
     _require_tensors("bmm", a, b)
     a3, b3 = (a.transpose(-1, -2) if transpose_a else a), (b.transpose(-1, -2) if transpose_b else b)
     _check("bmm", a3, b3, 3)

@@ -4,7 +4,6 @@ cuTile Rust kernels, forward and backward, float32/float16/bfloat16."""
 from __future__ import annotations
 
 import functools
-import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _device, _op
@@ -296,19 +295,11 @@ def silu_and_mul(
     return out
 
 
-_TILEGYM_KWARGS: set[str] = set()  # TileGym's silu_and_mul documents only backend-specific extras
-_warned_kwargs: set[str] = set()
-
-
 def _tilegym_silu_and_mul(input: torch.Tensor, out: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
     """TileGym's `silu_and_mul(input, out=None, **kwargs)` on our kernels. Keywords other
-    than `out` have no meaning for our kernels and are ignored with a one-time warning."""
-    unknown = set(kwargs) - _TILEGYM_KWARGS
-    if unknown - _warned_kwargs:
-        logging.getLogger("tilegym_cutile_rs").warning(
-            "tilegym silu_and_mul on cutile-rs ignores keyword(s) %s", ", ".join(sorted(unknown))
-        )
-        _warned_kwargs.update(unknown)
+    than `out` (TileGym documents only backend-specific extras) have no meaning for our
+    kernels and are ignored with a one-time warning."""
+    _op.ignore_kwargs("silu_and_mul", kwargs)
     return silu_and_mul(input, out)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 from typing import TYPE_CHECKING, Any
 
 from ... import _device, _op
@@ -161,7 +160,6 @@ _TILEGYM_KWARGS = {
     # The grid always covers every row block in one launch; there is no persistent multi-wave variant.
     "use_multi_wave",
 }
-_warned_kwargs: set[str] = set()
 
 
 def _tilegym_softmax(x: torch.Tensor, use_tma: bool = False, **kwargs: Any) -> torch.Tensor:
@@ -170,12 +168,7 @@ def _tilegym_softmax(x: torch.Tensor, use_tma: bool = False, **kwargs: Any) -> t
     use_tma, use_chunked and use_multi_wave are accepted and do not change the
     result: see _TILEGYM_KWARGS. Other keywords are ignored with a one-time warning.
     """
-    unknown = set(kwargs) - _TILEGYM_KWARGS
-    if unknown - _warned_kwargs:
-        logging.getLogger("tilegym_cutile_rs").warning(
-            "tilegym softmax on cutile-rs ignores keyword(s) %s", ", ".join(sorted(unknown))
-        )
-        _warned_kwargs.update(unknown)
+    _op.ignore_kwargs("softmax", kwargs, _TILEGYM_KWARGS)
     return softmax(x, -1)
 
 

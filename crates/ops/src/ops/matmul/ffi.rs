@@ -8,8 +8,8 @@ use crate::abi::{ffi_guard, read_desc, TensorDesc};
 /// steps of K. `tf32` != 0 rounds float32 operands to TF32 on the tensor cores (0: full
 /// float32). `group_m` > 0 launches the persistent kernel: `ctas` CTAs (at most the
 /// number of output tiles) walk the tiles `group_m` row blocks of a column at a time;
-/// 0 launches one CTA per output tile (`ctas` unused). `occupancy` and `warps` > 0 are
-/// tileiras hints (0: its own choice).
+/// 0 launches one CTA per output tile (`ctas` unused). `occupancy`, `warps` and `cga`
+/// (CTAs per cluster, sm_90 and later) > 0 are tileiras hints (0: its own choice).
 /// Enqueued on `stream` (a CUstream on `device`) and not waited for. Returns a
 /// `CUTILE_*` status; on failure `cutile_last_error()` says why.
 ///
@@ -30,12 +30,14 @@ pub unsafe extern "C" fn cutile_matmul(
     occupancy: i32,
     warps: i32,
     group_m: i32,
+    cga: i32,
     device: i32,
     stream: u64,
 ) -> i32 {
     ffi_guard(|| {
         let (c, a, b) = unsafe { (read_desc(c, "c")?, read_desc(a, "a")?, read_desc(b, "b")?) };
         let tiles = super::launch::Tiles { block_m, block_n, block_k, group_m, ctas };
-        super::launch::matmul(&c, &a, &b, tf32 != 0, tiles, occupancy, warps, device, stream)
+        let hints = crate::launch::Hints::checked(occupancy, warps)?.with_cga(cga)?;
+        super::launch::matmul(&c, &a, &b, tf32 != 0, tiles, hints, device, stream)
     })
 }

@@ -27,18 +27,8 @@ pub mod matmul_kernels {
         b: &Tensor<E, { [-1, -1, -1] }>,
     ) {
         let pid: (i32, i32, i32) = get_tile_block_id();
-        let pa: Partition<E, { [1, BM, BK] }> =
-            unsafe { make_partition_view(a, shape![1, BM, BK], padding::Zero, dim_map::Identity, a.token()) };
-        let pb: Partition<E, { [1, BK, BN] }> =
-            unsafe { make_partition_view(b, shape![1, BK, BN], padding::Zero, dim_map::Identity, b.token()) };
-        let steps: i32 = num_tiles(&pa, 2);
-        let mut acc: Tile<f32, { [BM, BN] }> = constant(0.0f32, shape![BM, BN]);
-        for k in 0i32..steps {
-            let ta: Tile<E, { [BM, BK] }> = pa.load([pid.0, pid.1, k]).reshape(shape![BM, BK]);
-            let tb: Tile<E, { [BK, BN] }> = pb.load([pid.0, k, pid.2]).reshape(shape![BK, BN]);
-            acc = mma(ta, tb, acc);
-        }
-        store_tile(c, acc);
+        let (pa, pb) = (operand::<E, 1, BM, BK>(a), operand::<E, 1, BK, BN>(b));
+        store_tile(c, product::<E, BM, BN, BK>(&pa, &pb, pid.0, pid.1, pid.2));
     }
 
     /// `gemm` for float32 operands (E is f32; the host launches nothing else) rounded
@@ -50,20 +40,8 @@ pub mod matmul_kernels {
         b: &Tensor<E, { [-1, -1, -1] }>,
     ) {
         let pid: (i32, i32, i32) = get_tile_block_id();
-        let pa: Partition<E, { [1, BM, BK] }> =
-            unsafe { make_partition_view(a, shape![1, BM, BK], padding::Zero, dim_map::Identity, a.token()) };
-        let pb: Partition<E, { [1, BK, BN] }> =
-            unsafe { make_partition_view(b, shape![1, BK, BN], padding::Zero, dim_map::Identity, b.token()) };
-        let steps: i32 = num_tiles(&pa, 2);
-        let mut acc: Tile<f32, { [BM, BN] }> = constant(0.0f32, shape![BM, BN]);
-        for k in 0i32..steps {
-            let ta: Tile<E, { [BM, BK] }> = pa.load([pid.0, pid.1, k]).reshape(shape![BM, BK]);
-            let tb: Tile<E, { [BK, BN] }> = pb.load([pid.0, k, pid.2]).reshape(shape![BK, BN]);
-            let ta: Tile<tf32, { [BM, BK] }> = convert_tile(ta);
-            let tb: Tile<tf32, { [BK, BN] }> = convert_tile(tb);
-            acc = mma(ta, tb, acc);
-        }
-        store_tile(c, acc);
+        let (pa, pb) = (operand::<E, 1, BM, BK>(a), operand::<E, 1, BK, BN>(b));
+        store_tile(c, product_tf32::<E, BM, BN, BK>(&pa, &pb, pid.0, pid.1, pid.2));
     }
 
     /// `gemm` as a persistent kernel: each CTA takes output tiles from the mapped
@@ -74,19 +52,10 @@ pub mod matmul_kernels {
         a: &Tensor<E, { [-1, -1, -1] }>,
         b: &Tensor<E, { [-1, -1, -1] }>,
     ) {
-        let pa: Partition<E, { [1, BM, BK] }> =
-            unsafe { make_partition_view(a, shape![1, BM, BK], padding::Zero, dim_map::Identity, a.token()) };
-        let pb: Partition<E, { [1, BK, BN] }> =
-            unsafe { make_partition_view(b, shape![1, BK, BN], padding::Zero, dim_map::Identity, b.token()) };
-        let steps: i32 = num_tiles(&pa, 2);
+        let (pa, pb) = (operand::<E, 1, BM, BK>(a), operand::<E, 1, BK, BN>(b));
         for index in c.iter_indices() {
             let (batch, row, col) = index.components();
-            let mut acc: Tile<f32, { [BM, BN] }> = constant(0.0f32, shape![BM, BN]);
-            for k in 0i32..steps {
-                let ta: Tile<E, { [BM, BK] }> = pa.load([batch, row, k]).reshape(shape![BM, BK]);
-                let tb: Tile<E, { [BK, BN] }> = pb.load([batch, k, col]).reshape(shape![BK, BN]);
-                acc = mma(ta, tb, acc);
-            }
+            let acc: Tile<f32, { [BM, BN] }> = product::<E, BM, BN, BK>(&pa, &pb, batch, row, col);
             let out: Tile<E, { [1, BM, BN] }> = convert_tile(acc.reshape(shape![1, BM, BN]));
             c.store(out, index);
         }
@@ -99,24 +68,56 @@ pub mod matmul_kernels {
         a: &Tensor<E, { [-1, -1, -1] }>,
         b: &Tensor<E, { [-1, -1, -1] }>,
     ) {
-        let pa: Partition<E, { [1, BM, BK] }> =
-            unsafe { make_partition_view(a, shape![1, BM, BK], padding::Zero, dim_map::Identity, a.token()) };
-        let pb: Partition<E, { [1, BK, BN] }> =
-            unsafe { make_partition_view(b, shape![1, BK, BN], padding::Zero, dim_map::Identity, b.token()) };
-        let steps: i32 = num_tiles(&pa, 2);
+        let (pa, pb) = (operand::<E, 1, BM, BK>(a), operand::<E, 1, BK, BN>(b));
         for index in c.iter_indices() {
             let (batch, row, col) = index.components();
-            let mut acc: Tile<f32, { [BM, BN] }> = constant(0.0f32, shape![BM, BN]);
-            for k in 0i32..steps {
-                let ta: Tile<E, { [BM, BK] }> = pa.load([batch, row, k]).reshape(shape![BM, BK]);
-                let tb: Tile<E, { [BK, BN] }> = pb.load([batch, k, col]).reshape(shape![BK, BN]);
-                let ta: Tile<tf32, { [BM, BK] }> = convert_tile(ta);
-                let tb: Tile<tf32, { [BK, BN] }> = convert_tile(tb);
-                acc = mma(ta, tb, acc);
-            }
+            let acc: Tile<f32, { [BM, BN] }> = product_tf32::<E, BM, BN, BK>(&pa, &pb, batch, row, col);
             let out: Tile<E, { [1, BM, BN] }> = convert_tile(acc.reshape(shape![1, BM, BN]));
             c.store(out, index);
         }
+    }
+
+    /// A batched operand's `[1, R, C]` tiles, zero past its edges (K need not divide).
+    fn operand<E: ElementType, const B: i32, const R: i32, const C: i32>(x: &Tensor<E, { [-1, -1, -1] }>) -> Partition<E, { [B, R, C] }> {
+        unsafe { make_partition_view(x, shape![B, R, C], padding::Zero, dim_map::Identity, x.token()) }
+    }
+
+    /// Output tile (`batch`, `row`, `col`): the sum over K of a's `[BM, BK]` tiles times b's `[BK, BN]` ones.
+    fn product<E: ElementType, const BM: i32, const BN: i32, const BK: i32>(
+        pa: &Partition<E, { [1, BM, BK] }>,
+        pb: &Partition<E, { [1, BK, BN] }>,
+        batch: i32,
+        row: i32,
+        col: i32,
+    ) -> Tile<f32, { [BM, BN] }> {
+        let steps: i32 = num_tiles(pa, 2);
+        let mut acc: Tile<f32, { [BM, BN] }> = constant(0.0f32, shape![BM, BN]);
+        for k in 0i32..steps {
+            let ta: Tile<E, { [BM, BK] }> = pa.load([batch, row, k]).reshape(shape![BM, BK]);
+            let tb: Tile<E, { [BK, BN] }> = pb.load([batch, k, col]).reshape(shape![BK, BN]);
+            acc = mma(ta, tb, acc);
+        }
+        acc
+    }
+
+    /// `product` with the operand tiles rounded to TF32 first (E is f32).
+    fn product_tf32<E: ElementType, const BM: i32, const BN: i32, const BK: i32>(
+        pa: &Partition<E, { [1, BM, BK] }>,
+        pb: &Partition<E, { [1, BK, BN] }>,
+        batch: i32,
+        row: i32,
+        col: i32,
+    ) -> Tile<f32, { [BM, BN] }> {
+        let steps: i32 = num_tiles(pa, 2);
+        let mut acc: Tile<f32, { [BM, BN] }> = constant(0.0f32, shape![BM, BN]);
+        for k in 0i32..steps {
+            let ta: Tile<E, { [BM, BK] }> = pa.load([batch, row, k]).reshape(shape![BM, BK]);
+            let tb: Tile<E, { [BK, BN] }> = pb.load([batch, k, col]).reshape(shape![BK, BN]);
+            let ta: Tile<tf32, { [BM, BK] }> = convert_tile(ta);
+            let tb: Tile<tf32, { [BK, BN] }> = convert_tile(tb);
+            acc = mma(ta, tb, acc);
+        }
+        acc
     }
 
     /// The accumulator, in c's type, into this CTA's `[1, BM, BN]` output tile.

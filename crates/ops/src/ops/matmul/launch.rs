@@ -72,8 +72,7 @@ pub fn matmul(
     b: &CheckedTensor,
     tf32: bool,
     tiles: Tiles,
-    occupancy: i32,
-    warps: i32,
+    hints: Hints,
     device: i32,
     stream: u64,
 ) -> OpResult<()> {
@@ -81,7 +80,6 @@ pub fn matmul(
     check_block("block_m", tiles.block_m)?;
     check_block("block_n", tiles.block_n)?;
     check_block("block_k", tiles.block_k)?;
-    let hints = Hints::checked(occupancy, warps)?;
     if tiles.group_m < 0 || tiles.group_m > 0 && tiles.ctas < 1 {
         return Err(OpError::invalid(format!(
             "group_m = {}, ctas = {}: group_m is 0 (one CTA per tile) or positive with ctas >= 1",
@@ -128,10 +126,9 @@ fn launch_first<T: cutile::DType>(
     hints: Hints,
     tf32: bool,
 ) -> OpResult<()> {
-    let ctx = &first.ctx;
     // SAFETY: torch owns the allocations and keeps them alive while the work it
     // ordered on the stream runs; c is an output nobody else writes meanwhile.
-    let tensor = |t: &CheckedTensor| unsafe { Tensor::<T>::borrow_raw_parts(t.ptr, ctx.clone(), t.shape.clone(), t.strides.clone()) };
+    let tensor = |t: &CheckedTensor| unsafe { first.borrow::<T>(t) };
     let tile = [1, tiles.block_m, tiles.block_n];
     let partition = tile.map(|t| t as usize);
     let persistent = tiles.group_m > 0;

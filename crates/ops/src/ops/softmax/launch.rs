@@ -162,15 +162,9 @@ fn launch_first<T: cutile::DType>(
     [block_m, block_n, n_pad]: [i32; 3],
     hints: Hints,
 ) -> OpResult<()> {
-    let ctx = &first.ctx;
     // SAFETY: torch owns both allocations and keeps them alive while the work
     // it ordered on the stream runs; y is a fresh output nobody else writes.
-    let tensors = || unsafe {
-        (
-            Tensor::<T>::borrow_raw_parts(x.ptr, ctx.clone(), x.shape.clone(), x.strides.clone()),
-            Tensor::<T>::borrow_raw_parts(y.ptr, ctx.clone(), y.shape.clone(), y.strides.clone()),
-        )
-    };
+    let tensors = || unsafe { (first.borrow::<T>(x), first.borrow::<T>(y)) };
     let single_tile = kernel.single_tile();
     let tile = if single_tile { [block_m, block_n] } else { [block_m, n_pad] };
     // Built where it is consumed (cutile's launcher takes it by value), not cloned.

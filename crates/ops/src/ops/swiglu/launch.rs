@@ -74,16 +74,9 @@ fn forward_first<T: cutile::DType>(
     tile: [i32; 2],
     hints: Hints,
 ) -> OpResult<()> {
-    let ctx = &first.ctx;
     // SAFETY: torch owns the allocations and keeps them alive while the work it
     // ordered on the stream runs; y is an output nobody else writes meanwhile.
-    let tensors = || unsafe {
-        (
-            Tensor::<T>::borrow_raw_parts(y.ptr, ctx.clone(), y.shape.clone(), y.strides.clone()),
-            Tensor::<T>::borrow_raw_parts(a.ptr, ctx.clone(), a.shape.clone(), a.strides.clone()),
-            Tensor::<T>::borrow_raw_parts(b.ptr, ctx.clone(), b.shape.clone(), b.strides.clone()),
-        )
-    };
+    let tensors = || unsafe { (first.borrow::<T>(y), first.borrow::<T>(a), first.borrow::<T>(b)) };
     let generics = || vec![y.dtype.jit_name().to_string(), tile[0].to_string(), tile[1].to_string()];
     let partition = tile.map(|t| t as usize);
     first.run(
@@ -170,9 +163,8 @@ fn backward_first<T: cutile::DType>(
     [block_m, block_n]: [i32; 2],
     hints: Hints,
 ) -> OpResult<()> {
-    let ctx = &first.ctx;
     // SAFETY: as in `forward_first`; dg is a fresh gradient buffer nobody else writes.
-    let tensor = |t: &CheckedTensor| unsafe { Tensor::<T>::borrow_raw_parts(t.ptr, ctx.clone(), t.shape.clone(), t.strides.clone()) };
+    let tensor = |t: &CheckedTensor| unsafe { first.borrow::<T>(t) };
     let generics = || vec![dg.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
     let tile = [block_m, 2, block_n];
     let partition = tile.map(|t| t as usize);
