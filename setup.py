@@ -32,6 +32,9 @@ PACKAGE = "tilegym_cutile_rs"
 GLIBC = "2.28"
 LIBRARY = "libcutile_kernels.so"
 HEADER = "cutile_kernels.h"
+# The CPU architecture the wheel is for (x86_64, aarch64); default: this machine's. Another
+# one cross-builds through cargo-zigbuild (scripts/build-wheel-aarch64.sh does for aarch64).
+TARGET_ARCH = os.environ.get("TILEGYM_CUTILE_RS_TARGET_ARCH") or platform.machine()
 
 
 def _stable_copy(src: Path, name: str, stamp: str, only: list[str] | None = None, root: Path | None = None) -> Path:
@@ -88,13 +91,15 @@ def _use_zigbuild() -> bool:
     symbol versions. Sets CARGO and CARGO_BUILD_TARGET for setuptools-rust, which reads
     them when its commands start. Links natively (a linux_<arch> wheel) off Linux, with
     TILEGYM_CUTILE_RS_ZIGBUILD=0, when CARGO_BUILD_TARGET is already set, or when the two
-    packages are not installed (a `--no-build-isolation` build without them).
+    packages are not installed (a `--no-build-isolation` build without them). A wheel for
+    another CPU (TARGET_ARCH) always goes through cargo-zigbuild, which links for any target.
 
-    Both run from stable copies under the target dir: cargo-zigbuild names its linker
+    Both run from stable copies under ~/.cache/tilegym-cutile-rs-build: cargo-zigbuild names its linker
     wrappers (the CC and linker cargo fingerprints every crate with) after its own path,
     and zig's libc headers land in build scripts' dependency files, so with pip's
     per-build temporary paths every build recompiled every crate (docs/benchmarks.md)."""
-    if sys.platform != "linux" or os.environ.get("TILEGYM_CUTILE_RS_ZIGBUILD", "1") == "0":
+    cross = TARGET_ARCH != platform.machine()
+    if sys.platform != "linux" or (os.environ.get("TILEGYM_CUTILE_RS_ZIGBUILD", "1") == "0" and not cross):
         return False
     if os.environ.get("CARGO_BUILD_TARGET"):
         return False
@@ -104,6 +109,8 @@ def _use_zigbuild() -> bool:
     except ImportError:
         return False
     if exe is None:
+        if cross:
+            sys.exit(f"error: building for {TARGET_ARCH} on {platform.machine()} needs cargo-zigbuild and ziglang (build requirements)")
         return False
     stamp = f"cargo-zigbuild=={md.version('cargo-zigbuild')} ziglang=={md.version('ziglang')}"
     # Outside the source tree: zig names its libc headers relative to the working directory
@@ -113,7 +120,7 @@ def _use_zigbuild() -> bool:
     exe_dir = _stable_copy(Path(exe).parent, "cargo-zigbuild", stamp, only=[Path(exe).name], root=cache)
     os.environ["CARGO_ZIGBUILD_ZIG_COMMAND"] = str(zig_dir / "zig")
     os.environ["CARGO"] = str(exe_dir / Path(exe).name)
-    os.environ["CARGO_BUILD_TARGET"] = f"{platform.machine()}-unknown-linux-gnu.{GLIBC}"
+    os.environ["CARGO_BUILD_TARGET"] = f"{TARGET_ARCH}-unknown-linux-gnu.{GLIBC}"
     return True
 
 
@@ -212,7 +219,7 @@ class bdist_wheel(_bdist_wheel):
     def get_tag(self) -> tuple[str, str, str]:
         _, _, plat = super().get_tag()
         if ZIGBUILD and plat.startswith("linux_"):
-            plat = f"manylinux_{GLIBC.replace('.', '_')}_{platform.machine()}"
+            plat = f"manylinux_{GLIBC.replace('.', '_')}_{TARGET_ARCH}"
         return "py3", "none", plat
 
 

@@ -38,6 +38,9 @@ rm -rf dist-sdist
 "$py" -m build --sdist -o dist-sdist .
 CARGO_TARGET_DIR=$PWD/target "$py" -m pip wheel dist-sdist/tilegym_cutile_rs-*.tar.gz --no-deps -w dist-sdist
 
+echo "== the aarch64 wheel, cross-built (tests/test_cross_wheel.py compares it with the x86_64 one)"
+bash scripts/build-wheel-aarch64.sh dist-aarch64
+
 purelib() { "$1" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
 build_site=$(purelib .venv-build/bin/python)
 kit=$(purelib "$py")/nvidia/cu13  # the [tileiras] extra: tileiras, ptxas, libNVVM
