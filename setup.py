@@ -213,6 +213,10 @@ class build_rust(_build_rust):
         package_dir = Path(self.get_dylib_ext_path(ext, ext.name)).parent
         write_cdef_module(package_dir / HEADER, package_dir)
         write_exports_module(package_dir)
+        # The version has one home, pyproject.toml; the release workflow checks the tag against it.
+        (package_dir / "_version.py").write_text(
+            f'"""Generated at build time from pyproject.toml. Do not edit."""\n\n__version__ = {self.distribution.get_version()!r}\n'
+        )
 
 
 class bdist_wheel(_bdist_wheel):

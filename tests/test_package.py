@@ -277,3 +277,12 @@ def test_every_public_op_has_a_real_signature_for_type_checkers(tmp_path: Path) 
     softmax = next(line for name, line in zip(names, revealed, strict=True) if name == "softmax")
     assert "def (x: torch._tensor.Tensor, dim: int =, *, config: " in softmax, softmax
     assert "SoftmaxConfig" in softmax and softmax.endswith('autotune: bool =) -> torch._tensor.Tensor"'), softmax
+
+
+def test_the_version_has_one_home() -> None:
+    # pyproject.toml's version, written into the package at build time, is what pip sees.
+    import importlib.metadata
+
+    assert tilegym_cutile_rs.__version__ == importlib.metadata.version("tilegym-cutile-rs")
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    assert tilegym_cutile_rs.__version__ == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

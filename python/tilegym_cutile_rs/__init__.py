@@ -30,8 +30,7 @@ except ImportError as exc:  # pragma: no cover - an unbuilt source tree
         "this is an unbuilt source tree. Build it: `pip install -e .`"
     ) from exc
 from ._exports import *  # noqa: F403 - every op module's __all__, generated at build time (setup.py)
-
-__version__ = "0.1.0"
+from ._version import __version__  # generated at build time from pyproject.toml
 
 __all__ = [
     "ABIMismatchError",
