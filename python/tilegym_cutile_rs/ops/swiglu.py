@@ -188,6 +188,11 @@ def _autograd_functions() -> tuple[Any, Any]:
     return Swiglu, SiluAndMul
 
 
+def _plan_key(a: torch.Tensor, b: torch.Tensor) -> tuple[Any, ...]:
+    """What makes two swiglu calls the same launch: shape, both layouts, dtypes, devices."""
+    return (a.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+
+
 def swiglu(
     a: torch.Tensor, b: torch.Tensor, *, config: SwigluConfig | tuple[int, ...] | None = None, autotune: bool = False
 ) -> torch.Tensor:
@@ -203,7 +208,7 @@ def swiglu(
     if not (autotune or config is not None):
         # The per-call fast path: plain tensors of a layout seen before on this thread, no autograd.
         try:
-            key = (a.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+            key = _plan_key(a, b)
         except (AttributeError, TypeError):
             key = None  # not tensors: the checks below say what is wrong
         plan = forward_plans.get(key) if key is not None else None
@@ -226,8 +231,7 @@ def swiglu(
     chosen = _forward(a2, b2, y2, config, autotune)
     if config is None and not autotune and type(a) is type(b) is torch.Tensor and a2.numel():
         if a2.data_ptr() == a.data_ptr() and b2.data_ptr() == b.data_ptr() and a.is_contiguous() == b.is_contiguous():
-            key = (a.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
-            forward_plans.make(key, (y2, a2, b2), tuple(chosen), _op.device_index(a2), dense=a.is_contiguous())
+            forward_plans.make(_plan_key(a, b), (y2, a2, b2), tuple(chosen), _op.device_index(a2), dense=a.is_contiguous())
     return y2.view(a.shape)
 
 
