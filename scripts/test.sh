@@ -9,21 +9,34 @@ cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$python" -m venv .venv
 py=.venv/bin/python
-"$py" -m pip install -q --upgrade pip
+# torch's CUDA wheels are 100+ MB each: a broken download resumes (pip >= 25.1), and an
+# install that still fails is tried again, so one dropped connection does not fail CI.
+export PIP_RETRIES=10 PIP_TIMEOUT=60 PIP_RESUME_RETRIES=20
+pip_install() {
+  local python=$1 try
+  shift
+  for try in 1 2 3; do
+    "$python" -m pip install -q "$@" && return 0
+    echo "pip install failed (try $try of 3)" >&2
+    sleep 15
+  done
+  return 1
+}
+pip_install "$py" --upgrade pip
 # torch for the Python tests.
-"$py" -m pip install -q "torch==2.11.0" "cffi==2.0.0" "build==1.6.1"
+pip_install "$py" "torch==2.11.0" "cffi==2.0.0" "build==1.6.1"
 # CUDA headers + libclang for `cargo test`'s debug build, the same pins as
 # pyproject's build requirements, in their own venv: torch pins an older
 # nvidia-cuda-runtime.
 [[ -x .venv-build/bin/python ]] || "$python" -m venv .venv-build
-.venv-build/bin/python -m pip install -q \
+pip_install .venv-build/bin/python \
   "nvidia-cuda-runtime==13.4.92" "nvidia-cuda-crt==13.4.92" "nvidia-curand==10.4.4.72" "libclang==18.1.1"
 
 echo "== pip wheel ."
 rm -rf dist
 "$py" -m pip wheel . --no-deps -w dist
 "$py" -m pip install -q --force-reinstall --no-deps dist/tilegym_cutile_rs-*.whl
-"$py" -m pip install -q --find-links dist "tilegym-cutile-rs[tileiras,test,tilegym]"
+pip_install "$py" --find-links dist "tilegym-cutile-rs[tileiras,test,tilegym]"
 
 echo "== the wheel: manylinux_2_28 (auditwheel), contents, metadata"
 "$py" -m pip install -q "auditwheel==6.4.2" "check-wheel-contents==0.6.3" "twine==6.2.0"
