@@ -22,6 +22,7 @@ python=${PYTHON:-python3}
 results=${RESULTS_DIR:-gpu-results}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$results"
+results=$(cd "$results" && pwd)
 export PYTHONUNBUFFERED=1
 
 spec=tilegym-cutile-rs
@@ -77,6 +78,27 @@ if [[ ${TESTS:-1} == 1 ]]; then
   else
     echo "== two-GPU tests: not run, this machine has $n_gpus GPU"
   fi
+fi
+
+# TILEGYM_TESTS: a folder holding TileGym's own tests/ (tests/ops/test_<op>.py, as published
+# in NVIDIA/TileGym). Runs the cutile-rs cases of the file of every op we provide, with our
+# backend registered the documented way and no cargo on PATH; scripts/tilegym_junit.py
+# fails the run on a failure or on a skip other than the ones the files hard-code by name.
+if [[ ${TESTS:-1} == 1 && -n ${TILEGYM_TESTS:-} ]]; then
+  echo "== TileGym's own tests, cutile-rs cases ($TILEGYM_TESTS)"
+  mapfile -t tilegym_files < <("$python" -c "
+import os, sys
+from tilegym_cutile_rs.tilegym_backend import provided_ops
+for op in sorted(provided_ops()):
+    f = f'tests/ops/test_{op.removeprefix(\"get_\")}.py'
+    if os.path.isfile(os.path.join(sys.argv[1], f)) and 'cutile-rs' in open(os.path.join(sys.argv[1], f)).read():
+        print(f)" "$TILEGYM_TESTS")
+  echo "files: ${tilegym_files[*]}"
+  no_cargo_path=$(tr ':' '\n' <<<"$PATH" | while read -r d; do [[ -x $d/cargo ]] || printf '%s:' "$d"; done)
+  (cd "$TILEGYM_TESTS" && PATH=${no_cargo_path%:} TILEGYM_CUTILE_RS_REGISTER=1 \
+     "$python" -m pytest -p tilegym_cutile_rs "${tilegym_files[@]}" -k cutile-rs -q -ra \
+     --junitxml="$results/junit-tilegym.xml") || status=$?
+  "$python" scripts/tilegym_junit.py "$results/junit-tilegym.xml" || status=1
 fi
 
 # BENCHMARKS names the scripts to run, as benchmarks/<name>.py or benchmarks/<name>_bench.py
