@@ -82,7 +82,8 @@ fi
 
 # TILEGYM_TESTS: a folder holding TileGym's own tests/ (tests/ops/test_<op>.py, as published
 # in NVIDIA/TileGym). Runs the cutile-rs cases of the file of every op we provide, with our
-# backend registered the documented way and no cargo on PATH; scripts/tilegym_junit.py
+# backend registered the documented way and no cargo on PATH (TileGym's conftest spells the
+# backend cutile_rs in generated test ids, cutile-rs in its own); scripts/tilegym_junit.py
 # fails the run on a failure or on a skip other than the ones the files hard-code by name.
 if [[ ${TESTS:-1} == 1 && -n ${TILEGYM_TESTS:-} ]]; then
   echo "== TileGym's own tests, cutile-rs cases ($TILEGYM_TESTS)"
@@ -96,7 +97,7 @@ for op in sorted(provided_ops()):
   echo "files: ${tilegym_files[*]}"
   no_cargo_path=$(tr ':' '\n' <<<"$PATH" | while read -r d; do [[ -x $d/cargo ]] || printf '%s:' "$d"; done)
   (cd "$TILEGYM_TESTS" && PATH=${no_cargo_path%:} TILEGYM_CUTILE_RS_REGISTER=1 \
-     "$python" -m pytest -p tilegym_cutile_rs "${tilegym_files[@]}" -k cutile-rs -q -ra \
+     "$python" -m pytest -p tilegym_cutile_rs "${tilegym_files[@]}" -k "cutile-rs or cutile_rs" -q -ra \
      --junitxml="$results/junit-tilegym.xml") || status=$?
   "$python" scripts/tilegym_junit.py "$results/junit-tilegym.xml" || status=1
 fi

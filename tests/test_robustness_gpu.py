@@ -100,7 +100,7 @@ def test_warmup_then_no_compile_and_autotune_is_remembered(tmp_path: Path) -> No
         """
         import json, torch, tilegym_cutile_rs
         from tilegym_cutile_rs import _cache
-        report = tilegym_cutile_rs.warmup([(64, 3000)], dtypes=["float32"], autotune=True)
+        report = tilegym_cutile_rs.warmup([(64, 3000)], dtypes=["float32"], ops=["softmax"], autotune=True)
         before = _cache.stats()["tileiras_runs"]
         x = torch.randn(64, 3000, device="cuda")
         y = tilegym_cutile_rs.softmax(x)

@@ -56,7 +56,10 @@ def test_silu_and_mul_tilegym_shapes_with_gradients(batch: int, seq: int, hidden
 def test_silu_and_mul_llm_and_odd_widths(shape: tuple[int, int], dtype: torch.dtype) -> None:
     torch.manual_seed(1)
     x = torch.randn(shape, dtype=dtype, device="cuda") * 3
-    torch.testing.assert_close(tilegym_cutile_rs.silu_and_mul(x), reference_silu_and_mul(x), **SILU_AND_MUL_TOL)
+    # Outputs reach 30+, where one unit in the last place of float16 (bfloat16) is over
+    # TileGym's atol: allow that one rounding step beside it.
+    ulp = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}.get(dtype, 1e-6)
+    torch.testing.assert_close(tilegym_cutile_rs.silu_and_mul(x), reference_silu_and_mul(x), atol=1e-2, rtol=ulp)
 
 
 TILEGYM_SWIGLU = [(8, 2048, 4096), (4, 1024, 2048), (2, 512, 1024), (7, 512, 1024), (13, 256, 2048), (8, 100, 1024),
