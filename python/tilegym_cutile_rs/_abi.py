@@ -19,6 +19,7 @@ def _dtype_codes() -> dict[Any, int]:
         torch.float32: lib.CUTILE_DTYPE_F32,
         torch.float16: lib.CUTILE_DTYPE_F16,
         torch.bfloat16: lib.CUTILE_DTYPE_BF16,
+        torch.int32: lib.CUTILE_DTYPE_I32,  # index tensors (attention's start_q), never data
     }
 
 

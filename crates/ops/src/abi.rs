@@ -3,7 +3,7 @@
 //! per-thread message. The C-visible types and constants are in `ffi.rs`.
 
 pub use crate::ffi::{
-    TensorDesc, CUTILE_DTYPE_BF16, CUTILE_DTYPE_F16, CUTILE_DTYPE_F32, CUTILE_ERR_COMPILE_FAILED,
+    TensorDesc, CUTILE_DTYPE_BF16, CUTILE_DTYPE_F16, CUTILE_DTYPE_F32, CUTILE_DTYPE_I32, CUTILE_ERR_COMPILE_FAILED,
     CUTILE_ERR_DEVICE_INIT, CUTILE_ERR_INVALID_ARGUMENT, CUTILE_ERR_LAUNCH_FAILED, CUTILE_ERR_NULL_POINTER,
     CUTILE_ERR_PANIC, CUTILE_ERR_UNSUPPORTED_DTYPE, CUTILE_MAX_DIMS, CUTILE_OK,
 };
@@ -112,6 +112,36 @@ pub struct CheckedTensor {
 /// # Safety
 /// `desc` must be null or point to a readable `TensorDesc`.
 pub unsafe fn read_desc(desc: *const TensorDesc, name: &str) -> OpResult<CheckedTensor> {
+    let (d, shape, strides) = unsafe { read_extents(desc, name) }?;
+    Ok(CheckedTensor { ptr: d.ptr, dtype: DType::from_code(d.dtype)?, shape, strides })
+}
+
+/// An int32 tensor an op reads indices or offsets from (e.g. attention's `start_q`).
+#[derive(Clone, Debug)]
+pub struct IndexTensor {
+    pub ptr: u64,
+    pub shape: Vec<i32>,
+    pub strides: Vec<i32>,
+}
+
+/// Reads and validates a descriptor of an int32 tensor from C.
+///
+/// # Safety
+/// As for [`read_desc`].
+pub unsafe fn read_index_desc(desc: *const TensorDesc, name: &str) -> OpResult<IndexTensor> {
+    let (d, shape, strides) = unsafe { read_extents(desc, name) }?;
+    if d.dtype != CUTILE_DTYPE_I32 {
+        return Err(OpError::new(
+            CUTILE_ERR_UNSUPPORTED_DTYPE,
+            format!("{name}: dtype code {} is not int32 ({CUTILE_DTYPE_I32})", d.dtype),
+        ));
+    }
+    Ok(IndexTensor { ptr: d.ptr, shape, strides })
+}
+
+/// A descriptor's extents, checked: rank, non-negative sizes and strides that fit i32
+/// element offsets, a data pointer wherever there is data.
+unsafe fn read_extents(desc: *const TensorDesc, name: &str) -> OpResult<(TensorDesc, Vec<i32>, Vec<i32>)> {
     if desc.is_null() {
         return Err(OpError::new(CUTILE_ERR_NULL_POINTER, format!("{name}: TensorDesc pointer is null")));
     }
@@ -119,7 +149,6 @@ pub unsafe fn read_desc(desc: *const TensorDesc, name: &str) -> OpResult<Checked
     if d.ndim < 1 || d.ndim > CUTILE_MAX_DIMS {
         return Err(OpError::invalid(format!("{name}: ndim {} is outside 1..={CUTILE_MAX_DIMS}", d.ndim)));
     }
-    let dtype = DType::from_code(d.dtype)?;
     let n = d.ndim as usize;
     let to_i32 = |v: i64, what: &str| -> OpResult<i32> {
         i32::try_from(v)
@@ -144,7 +173,7 @@ pub unsafe fn read_desc(desc: *const TensorDesc, name: &str) -> OpResult<Checked
     // The furthest element must be addressable with i32 element offsets.
     let extent: i64 = d.shape[..n].iter().zip(&d.strides[..n]).map(|(s, st)| (s - 1).max(0) * st).sum();
     to_i32(extent, "largest element offset")?;
-    Ok(CheckedTensor { ptr: d.ptr, dtype, shape, strides })
+    Ok((d, shape, strides))
 }
 
 #[cfg(test)]

@@ -1,0 +1,114 @@
+"""attention_sink throughput against the peers a user has, in one process on the same inputs.
+
+    python benchmarks/attention_sink_bench.py [--rounds R] [--skip-eager-above N]
+
+Prints a markdown table: TFLOP/s = 4 * B * H * D * (visible query-key pairs) / time,
+counting only unmasked work (causal, window, start_q), timed with triton.testing.do_bench
+(L2 flushed) when Triton is installed, else CUDA events; each column takes --rounds rounds
+in turn and keeps its best. Peers, each where it runs here: eager PyTorch in float32 (what
+TileGym's tests compare with; skipped past --skip-eager-above query-key pairs, where it
+needs tens of GB) and TileGym's "cutile" backend (cuTile Python). No attention-with-sinks
+kernel on PyPI installs on the GPU machine (no network): none is timed.
+Shapes: TileGym's attention_sink perf shapes (bfloat16, sm_scale 1/sqrt(D)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import tilegym_cutile_rs
+import torch
+from _timing import bench_timer
+from tilegym_cutile_rs.ops.attention_sink import reference
+
+# (B, S_q, S_kv, H_kv, G, D, window), as TileGym's test_perf lists them.
+SHAPES = [
+    (1, 128, 2048, 8, 8, 64, None),
+    (1, 128, 4096, 8, 8, 64, None),
+    (1, 128, 2048, 8, 8, 64, 128),
+    (1, 128, 4096, 8, 8, 64, 128),
+    (2, 128, 2048, 8, 8, 128, None),
+    (1, 10820, 10820, 8, 8, 64, None),
+    (1, 10820, 10820, 8, 8, 64, 128),
+    (1, 1, 10919, 8, 8, 64, None),
+]
+
+
+def visible_pairs(s_q: int, s_kv: int, window: int | None, start_q: int) -> int:
+    """Query-key pairs the masks leave: query i (position start_q + i) sees keys max(0, p - W + 1)..min(p, S_kv - 1)."""
+    total = 0
+    for i in range(s_q):
+        p = start_q + i
+        hi = min(p, s_kv - 1)
+        lo = max(0, p - window + 1) if window else 0
+        total += max(0, hi - lo + 1)
+    return total
+
+
+def tilegym_cutile() -> Callable[..., torch.Tensor] | None:
+    try:
+        import tilegym
+
+        tilegym.set_backend("cutile")
+        fn = tilegym.ops.attention_sink
+        q = torch.randn(1, 16, 1, 1, 64, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(1, 16, 1, 64, device="cuda", dtype=torch.bfloat16)
+        fn(q, k, k, torch.zeros(1, device="cuda", dtype=torch.bfloat16), 0.125, None, torch.zeros(1, dtype=torch.int32, device="cuda"))
+    except Exception as exc:  # noqa: BLE001 - any failure means the peer is unavailable here
+        print(f"(cuTile Python via TileGym unavailable: {type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+    return fn
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip-eager-above", type=int, default=1 << 26)
+    args = parser.parse_args()
+    bench = bench_timer()
+    peers: dict[str, Callable[..., torch.Tensor] | None] = {"eager f32": reference, "cutile-python": tilegym_cutile()}
+    names = list(peers)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
+    print("TFLOP/s over unmasked work; '-' where a peer does not run (see stderr).\n")
+    print(f"| B, S_q, S_kv, H_kv x G, D, window | {' | '.join(names)} | ours | ours / best peer |")
+    print("| --- | " + "--- | " * (len(names) + 2))
+    for b, s_q, s_kv, h_kv, group, d, window in SHAPES:
+        torch.manual_seed(0)
+        q = torch.randn(b, s_q, h_kv, group, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        sinks = torch.randn(h_kv * group, device="cuda", dtype=torch.bfloat16)
+        start_q = s_kv - s_q
+        start = torch.tensor([start_q], dtype=torch.int32, device="cuda")
+        scale = d**-0.5
+        pairs = visible_pairs(s_q, s_kv, window, start_q)
+        flops = 4 * b * h_kv * group * d * pairs
+        calls: dict[str, Callable[[], Any]] = {}
+        for name, fn in peers.items():
+            if fn is None or (name == "eager f32" and b * h_kv * group * s_q * s_kv > args.skip_eager_above):
+                continue
+            calls[name] = lambda fn=fn: fn(q, k, v, sinks, scale, window, start if fn is not reference else start_q)
+        calls["ours"] = lambda: tilegym_cutile_rs.attention_sink(q, k, v, sinks, scale, window, start)
+        ref = reference(q[:, :64], k, v, sinks, scale, window, start_q)  # the first rows, checked before timing
+        got = tilegym_cutile_rs.attention_sink(q, k, v, sinks, scale, window, start)[:, : ref.shape[1]]
+        torch.testing.assert_close(got, ref, atol=5e-2, rtol=1e-2)
+        tflops = dict.fromkeys(calls, 0.0)
+        with torch.no_grad():
+            for _ in range(args.rounds):
+                for name, call in calls.items():
+                    ms = bench(call)
+                    tflops[name] = max(tflops[name], flops / (ms * 1e-3) / 1e12)
+        cells = " | ".join(f"{tflops[n]:.1f}" if n in tflops else "-" for n in names)
+        best = max((tflops[n] for n in names if n in tflops), default=0.0)
+        ratio = f"{tflops['ours'] / best:.2f}x" if best else "-"
+        w = window if window else "-"
+        print(f"| {b}, {s_q}, {s_kv}, {h_kv} x {group}, {d}, {w} | {cells} | {tflops['ours']:.1f} | {ratio} |", flush=True)
+        del q, k, v, calls
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+//! C exports of attention_sink (read by the cdef generator).
+
+use crate::abi::{ffi_guard, read_desc, read_index_desc, TensorDesc};
+
+/// Attention with sinks into `out`.
+///
+/// `q` and `out` are `[B, S_q, H*D]` views (`out` contiguous), `k` and `v` `[B, S_kv,
+/// H_kv*D]`, each with unit stride along its last dim; H = H_kv * `group` query heads,
+/// the `group` heads of one KV head adjacent, `head_dim` D. `sinks` holds H logits
+/// (float32 or q's dtype), `start_q` one int32 on the device: query row i sits at
+/// position start_q + i and sees the keys at positions up to its own and, when
+/// `window` is positive, after its own minus `window`. `scale` multiplies the scores
+/// in log2 units (sm_scale * log2(e)). A CTA takes `block_q` positions of
+/// `heads_per_tile` heads (a power of two dividing `group`) and walks the keys in
+/// `block_n` tiles. With several `splits` the keys are shared among that many CTAs,
+/// whose partials go to `acc` (`[splits*B, S_q, H*D]` float32) and `ml`
+/// (`[splits*B, S_q, 2H]` float32) before a second kernel combines them; with one
+/// split both may be null. `occupancy` and `warps` (0: tileiras' choice) are tileiras
+/// hints. Enqueued on `stream` (a CUstream on `device`) and not waited for. Returns a
+/// `CUTILE_*` status.
+///
+/// # Safety
+/// Each descriptor must be null or point to a readable `TensorDesc` whose pointer is a
+/// device allocation of at least the described extent.
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub unsafe extern "C" fn cutile_attention_sink(
+    out: *const TensorDesc,
+    q: *const TensorDesc,
+    k: *const TensorDesc,
+    v: *const TensorDesc,
+    sinks: *const TensorDesc,
+    start_q: *const TensorDesc,
+    acc: *const TensorDesc,
+    ml: *const TensorDesc,
+    scale: f32,
+    window: i32,
+    group: i32,
+    head_dim: i32,
+    block_q: i32,
+    heads_per_tile: i32,
+    block_n: i32,
+    splits: i32,
+    occupancy: i32,
+    warps: i32,
+    device: i32,
+    stream: u64,
+) -> i32 {
+    ffi_guard(|| {
+        let views = unsafe {
+            super::launch::Views {
+                out: read_desc(out, "out")?,
+                q: read_desc(q, "q")?,
+                k: read_desc(k, "k")?,
+                v: read_desc(v, "v")?,
+                sinks: read_desc(sinks, "sinks")?,
+                start_q: read_index_desc(start_q, "start_q")?,
+                partials: if splits > 1 { Some((read_desc(acc, "acc")?, read_desc(ml, "ml")?)) } else { None },
+            }
+        };
+        let config = super::launch::Config { group, head_dim, block_q, heads_per_tile, block_n, splits, occupancy, warps };
+        super::launch::attention_sink(&views, scale, window, config, device, stream)
+    })
+}

@@ -1,0 +1,300 @@
+//! The attention-with-sinks device kernels: a flash-attention forward (online softmax
+//! over KV tiles, float32 accumulation, exp2 with the scale folded in) where each
+//! head's sink logit joins the softmax denominator only.
+//!
+//! Layout: q and out are `[B, S_q, H*D]` (H = H_kv * GROUP query heads, the heads of one
+//! KV head adjacent), k and v `[B, S_kv, H_kv*D]`. A CTA takes `BQ` query positions of
+//! `GT` adjacent heads that share one KV head (GT divides GROUP): its q tile
+//! `[BQ, GT*D]` is the `[BQ*GT, D]` matrix whose row `r` is position `r / GT`, head
+//! `r % GT`, so the GT heads share every K/V tile the CTA loads, and decode (S_q = 1)
+//! still fills the tensor cores' rows with heads.
+//!
+//! The KV tiles a CTA visits are only those its causal and window bounds reach;
+//! tiles wholly inside them skip the mask. With `splits` > 1 (decode, few CTAs),
+//! `attention_sink_split` gives each of `splits` CTAs a share of those tiles and
+//! writes unnormalised partials (acc, running max m, sum l, with the sink in m's
+//! start value only); `attention_sink_combine` merges them with the sink.
+//!
+//! Scores are kept in log2 units: `scale` is sm_scale * log2(e), the sink is
+//! multiplied by log2(e). m starts at the sink (a finite value), so a fully masked
+//! row never computes exp2(-inf - -inf) and its output is 0 (the sink takes all the
+//! weight), as the float32 reference gives.
+
+#[cutile::module]
+pub mod attention_sink_kernels {
+    use cutile::core::*;
+
+    /// out tile (pid.0 = batch, pid.1 = query block, pid.2 = head block) in one pass.
+    #[cutile::entry()]
+    fn attention_sink<
+        E: ElementType,
+        S: ElementType,
+        const BQ: i32,
+        const GT: i32,
+        const BM: i32,
+        const D: i32,
+        const GD: i32,
+        const BN: i32,
+        const GROUP: i32,
+    >(
+        out: &mut Tensor<E, { [1, BQ, GD] }>,
+        q: &Tensor<E, { [-1, -1, -1] }>,
+        k: &Tensor<E, { [-1, -1, -1] }>,
+        v: &Tensor<E, { [-1, -1, -1] }>,
+        sinks: &Tensor<S, { [-1] }>,
+        start_q: &Tensor<i32, { [-1] }>,
+        scale: f32,
+        window: i32,
+    ) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let sink: Tile<f32, { [BM, 1] }> = sink_rows::<S, BQ, GT, BM>(sinks, pid.2);
+        let first: i32 = first_position(start_q);
+        let s_q: i32 = get_shape_dim(q.shape(), 1i32);
+        let s_kv: i32 = get_shape_dim(k.shape(), 1i32);
+        let lo: i32 = first_tile::<BQ, BN>(first, pid.1, window);
+        let hi: i32 = end_tile::<BQ, BN>(first, pid.1, s_q, s_kv);
+        let qt: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(q, pid.0, pid.1, pid.2);
+        let mut m: Tile<f32, { [BM, 1] }> = sink;
+        let mut l: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
+        let mut acc: Tile<f32, { [BM, D] }> = constant(0.0f32, shape![BM, D]);
+        let kv_head: i32 = pid.2 * GT / GROUP;
+        let kp: Partition<E, { [1, BN, D] }> = k.partition(shape![1, BN, D]);
+        let vp: Partition<E, { [1, BN, D] }> = v.partition(shape![1, BN, D]);
+        let positions: Tile<i32, { [BM, BN] }> = row_positions::<BQ, GT, BM, BN>(first, pid.1);
+        let cols: Tile<i32, { [BM, BN] }> = iota::<i32, { [BN] }>(shape![BN]).reshape(shape![1, BN]).broadcast(shape![BM, BN]);
+        let scale_t: Tile<f32, { [BM, BN] }> = broadcast_scalar(scale, shape![BM, BN]);
+        let last_row: i32 = min(pid.1 * BQ + BQ, s_q) - 1i32;
+        for j in lo..hi {
+            let kt: Tile<E, { [BN, D] }> = kp.load([pid.0, j, kv_head]).reshape(shape![BN, D]);
+            let s: Tile<f32, { [BM, BN] }> =
+                scores::<E, BM, D, BN>(qt, kt, scale_t, positions, cols, j * BN, first + pid.1 * BQ, first + last_row, s_kv, window);
+            let row_max: Tile<f32, { [BM] }> = reduce_max(s, 1i32);
+            let m_new: Tile<f32, { [BM, 1] }> = max_tile(m, row_max.reshape(shape![BM, 1]));
+            let p: Tile<f32, { [BM, BN] }> = exp2(s - m_new.broadcast(shape![BM, BN]), ftz::Enabled);
+            let alpha: Tile<f32, { [BM, 1] }> = exp2(m - m_new, ftz::Enabled);
+            let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1i32);
+            l = l * alpha + row_sum.reshape(shape![BM, 1]);
+            let vt: Tile<E, { [BN, D] }> = vp.load([pid.0, j, kv_head]).reshape(shape![BN, D]);
+            let pe: Tile<E, { [BM, BN] }> = convert_tile(p);
+            acc = mma(pe, vt, acc * alpha.broadcast(shape![BM, D]));
+            m = m_new;
+        }
+        let result: Tile<f32, { [BM, D] }> = true_div(acc, l.broadcast(shape![BM, D]));
+        let result: Tile<E, { [1, BQ, GD] }> = convert_tile(result.reshape(shape![1, BQ, GD]));
+        let mut op = out.partition_mut(shape![1, BQ, GD]);
+        // SAFETY: out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut op, result, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+    }
+
+    /// One split's share of the KV tiles (pid.0 = split * B + batch): its unnormalised
+    /// accumulator into `acc_out` and, per row, its running max m and sum l (the sink in
+    /// m's start value, not in l) into `ml_out` (`[m of GT heads, l of GT heads]` per tile).
+    #[cutile::entry()]
+    fn attention_sink_split<
+        E: ElementType,
+        S: ElementType,
+        const BQ: i32,
+        const GT: i32,
+        const BM: i32,
+        const D: i32,
+        const GD: i32,
+        const G2: i32,
+        const BN: i32,
+        const GROUP: i32,
+    >(
+        acc_out: &mut Tensor<f32, { [1, BQ, GD] }>,
+        ml_out: &mut Tensor<f32, { [1, BQ, G2] }>,
+        q: &Tensor<E, { [-1, -1, -1] }>,
+        k: &Tensor<E, { [-1, -1, -1] }>,
+        v: &Tensor<E, { [-1, -1, -1] }>,
+        sinks: &Tensor<S, { [-1] }>,
+        start_q: &Tensor<i32, { [-1] }>,
+        scale: f32,
+        window: i32,
+        splits: i32,
+    ) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let batches: i32 = get_shape_dim(q.shape(), 0i32);
+        let split: i32 = pid.0 / batches;
+        let batch: i32 = pid.0 - split * batches;
+        let sink: Tile<f32, { [BM, 1] }> = sink_rows::<S, BQ, GT, BM>(sinks, pid.2);
+        let first: i32 = first_position(start_q);
+        let s_q: i32 = get_shape_dim(q.shape(), 1i32);
+        let s_kv: i32 = get_shape_dim(k.shape(), 1i32);
+        let lo_all: i32 = first_tile::<BQ, BN>(first, pid.1, window);
+        let hi_all: i32 = end_tile::<BQ, BN>(first, pid.1, s_q, s_kv);
+        let share: i32 = ceil_div(max(hi_all - lo_all, 0i32), splits);
+        let lo: i32 = lo_all + split * share;
+        let hi: i32 = min(lo + share, hi_all);
+        let qt: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(q, batch, pid.1, pid.2);
+        let mut m: Tile<f32, { [BM, 1] }> = sink;
+        let mut l: Tile<f32, { [BM, 1] }> = constant(0.0f32, shape![BM, 1]);
+        let mut acc: Tile<f32, { [BM, D] }> = constant(0.0f32, shape![BM, D]);
+        let kv_head: i32 = pid.2 * GT / GROUP;
+        let kp: Partition<E, { [1, BN, D] }> = k.partition(shape![1, BN, D]);
+        let vp: Partition<E, { [1, BN, D] }> = v.partition(shape![1, BN, D]);
+        let positions: Tile<i32, { [BM, BN] }> = row_positions::<BQ, GT, BM, BN>(first, pid.1);
+        let cols: Tile<i32, { [BM, BN] }> = iota::<i32, { [BN] }>(shape![BN]).reshape(shape![1, BN]).broadcast(shape![BM, BN]);
+        let scale_t: Tile<f32, { [BM, BN] }> = broadcast_scalar(scale, shape![BM, BN]);
+        let last_row: i32 = min(pid.1 * BQ + BQ, s_q) - 1i32;
+        for j in lo..hi {
+            let kt: Tile<E, { [BN, D] }> = kp.load([batch, j, kv_head]).reshape(shape![BN, D]);
+            let s: Tile<f32, { [BM, BN] }> =
+                scores::<E, BM, D, BN>(qt, kt, scale_t, positions, cols, j * BN, first + pid.1 * BQ, first + last_row, s_kv, window);
+            let row_max: Tile<f32, { [BM] }> = reduce_max(s, 1i32);
+            let m_new: Tile<f32, { [BM, 1] }> = max_tile(m, row_max.reshape(shape![BM, 1]));
+            let p: Tile<f32, { [BM, BN] }> = exp2(s - m_new.broadcast(shape![BM, BN]), ftz::Enabled);
+            let alpha: Tile<f32, { [BM, 1] }> = exp2(m - m_new, ftz::Enabled);
+            let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1i32);
+            l = l * alpha + row_sum.reshape(shape![BM, 1]);
+            let vt: Tile<E, { [BN, D] }> = vp.load([batch, j, kv_head]).reshape(shape![BN, D]);
+            let pe: Tile<E, { [BM, BN] }> = convert_tile(p);
+            acc = mma(pe, vt, acc * alpha.broadcast(shape![BM, D]));
+            m = m_new;
+        }
+        let acc_tile: Tile<f32, { [1, BQ, GD] }> = acc.reshape(shape![1, BQ, GD]);
+        let mut ap = acc_out.partition_mut(shape![1, BQ, GD]);
+        // SAFETY: acc_out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut ap, acc_tile, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        let m3: Tile<f32, { [1, BQ, GT] }> = m.reshape(shape![1, BQ, GT]);
+        let l3: Tile<f32, { [1, BQ, GT] }> = l.reshape(shape![1, BQ, GT]);
+        let ml: Tile<f32, { [1, BQ, G2] }> = cat(m3, l3, 2i32);
+        let mut mp = ml_out.partition_mut(shape![1, BQ, G2]);
+        // SAFETY: ml_out is this CTA's [1, BQ, G2] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut mp, ml, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+    }
+
+    /// out tile (pid.0 = batch, ...) from the `splits` partials of `attention_sink_split`:
+    /// m = max(sink, each m_s), l = 2^(sink - m) + sum l_s 2^(m_s - m), out = sum acc_s 2^(m_s - m) / l.
+    #[cutile::entry()]
+    fn attention_sink_combine<
+        E: ElementType,
+        S: ElementType,
+        const BQ: i32,
+        const GT: i32,
+        const BM: i32,
+        const D: i32,
+        const GD: i32,
+    >(
+        out: &mut Tensor<E, { [1, BQ, GD] }>,
+        acc_in: &Tensor<f32, { [-1, -1, -1] }>,
+        ml_in: &Tensor<f32, { [-1, -1, -1] }>,
+        sinks: &Tensor<S, { [-1] }>,
+        splits: i32,
+    ) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let batches: i32 = get_shape_dim(acc_in.shape(), 0i32) / splits;
+        let sink: Tile<f32, { [BM, 1] }> = sink_rows::<S, BQ, GT, BM>(sinks, pid.2);
+        let ap: Partition<f32, { [1, BQ, GD] }> = acc_in.partition(shape![1, BQ, GD]);
+        let mlp: Partition<f32, { [1, BQ, GT] }> = ml_in.partition(shape![1, BQ, GT]);
+        let mut m: Tile<f32, { [BM, 1] }> = sink;
+        let mut l: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
+        let mut acc: Tile<f32, { [BM, D] }> = constant(0.0f32, shape![BM, D]);
+        for split in 0i32..splits {
+            let row: i32 = split * batches + pid.0;
+            let m_s: Tile<f32, { [BM, 1] }> = mlp.load([row, pid.1, 2i32 * pid.2]).reshape(shape![BM, 1]);
+            let l_s: Tile<f32, { [BM, 1] }> = mlp.load([row, pid.1, 2i32 * pid.2 + 1i32]).reshape(shape![BM, 1]);
+            let acc_s: Tile<f32, { [BM, D] }> = ap.load([row, pid.1, pid.2]).reshape(shape![BM, D]);
+            let m_new: Tile<f32, { [BM, 1] }> = max_tile(m, m_s);
+            let alpha: Tile<f32, { [BM, 1] }> = exp2(m - m_new, ftz::Enabled);
+            let beta: Tile<f32, { [BM, 1] }> = exp2(m_s - m_new, ftz::Enabled);
+            l = l * alpha + l_s * beta;
+            acc = acc * alpha.broadcast(shape![BM, D]) + acc_s * beta.broadcast(shape![BM, D]);
+            m = m_new;
+        }
+        let result: Tile<f32, { [BM, D] }> = true_div(acc, l.broadcast(shape![BM, D]));
+        let result: Tile<E, { [1, BQ, GD] }> = convert_tile(result.reshape(shape![1, BQ, GD]));
+        let mut op = out.partition_mut(shape![1, BQ, GD]);
+        // SAFETY: out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut op, result, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+    }
+
+    /// Scaled scores of the q rows against KV tile `kt` (keys from `key0`), -inf where a
+    /// key is not visible: past the row's position (causal), at or past S_kv, or
+    /// `window` or more before the row. A tile every row sees whole (before the first
+    /// row's causal edge, past the last row's window edge, inside S_kv) skips the mask.
+    fn scores<E: ElementType, const BM: i32, const D: i32, const BN: i32>(
+        qt: Tile<E, { [BM, D] }>,
+        kt: Tile<E, { [BN, D] }>,
+        scale: Tile<f32, { [BM, BN] }>,
+        positions: Tile<i32, { [BM, BN] }>,
+        cols: Tile<i32, { [BM, BN] }>,
+        key0: i32,
+        first_row: i32,
+        last_row: i32,
+        s_kv: i32,
+        window: i32,
+    ) -> Tile<f32, { [BM, BN] }> {
+        let zero: Tile<f32, { [BM, BN] }> = constant(0.0f32, shape![BM, BN]);
+        let mut s: Tile<f32, { [BM, BN] }> = mma(qt, kt.transpose(), zero) * scale;
+        let past_causal: bool = key0 + BN - 1i32 > first_row;
+        let before_window: bool = window > 0i32 && key0 < last_row - window + 1i32;
+        if past_causal || before_window || key0 + BN > s_kv {
+            let keys: Tile<i32, { [BM, BN] }> = broadcast_scalar(key0, shape![BM, BN]) + cols;
+            let s_kv_t: Tile<i32, { [BM, BN] }> = broadcast_scalar(s_kv, shape![BM, BN]);
+            let mut visible: Tile<bool, { [BM, BN] }> = le_tile(keys, positions);
+            visible = visible & lt_tile(keys, s_kv_t);
+            if window > 0i32 {
+                let oldest: Tile<i32, { [BM, BN] }> = positions - broadcast_scalar(window - 1i32, shape![BM, BN]);
+                visible = visible & ge_tile(keys, oldest);
+            }
+            let hidden: Tile<f32, { [BM, BN] }> = constant(f32::NEG_INFINITY, shape![BM, BN]);
+            s = select(visible, s, hidden);
+        }
+        s
+    }
+
+    /// start_q, read on the device from its one-element tensor.
+    fn first_position(start_q: &Tensor<i32, { [-1] }>) -> i32 {
+        let part: Partition<i32, { [1] }> = start_q.partition(shape![1]);
+        let one: Tile<i32, { [1] }> = part.load([0i32]);
+        tile_to_scalar(one.reshape(shape![]))
+    }
+
+    /// The first KV tile any row of query block `block` sees: 0, or its first row's window edge.
+    fn first_tile<const BQ: i32, const BN: i32>(first: i32, block: i32, window: i32) -> i32 {
+        let mut lo: i32 = 0i32;
+        if window > 0i32 {
+            lo = max(first + block * BQ - window + 1i32, 0i32) / BN;
+        }
+        lo
+    }
+
+    /// One past the last KV tile any row of query block `block` sees (its last row's
+    /// causal edge, within S_kv); at most `lo` when no key is visible.
+    fn end_tile<const BQ: i32, const BN: i32>(first: i32, block: i32, s_q: i32, s_kv: i32) -> i32 {
+        let last: i32 = first + min(block * BQ + BQ, s_q) - 1i32;
+        ceil_div(max(min(last + 1i32, s_kv), 0i32), BN)
+    }
+
+    /// Query tile (batch, block, head block) as the `[BQ*GT, D]` matrix of its rows.
+    fn query_tile<E: ElementType, const BQ: i32, const BM: i32, const D: i32, const GD: i32>(
+        q: &Tensor<E, { [-1, -1, -1] }>,
+        batch: i32,
+        block: i32,
+        heads: i32,
+    ) -> Tile<E, { [BM, D] }> {
+        let qp: Partition<E, { [1, BQ, GD] }> = q.partition(shape![1, BQ, GD]);
+        let raw: Tile<E, { [1, BQ, GD] }> = qp.load([batch, block, heads]);
+        raw.reshape(shape![BM, D])
+    }
+
+    /// Each row's query position (start_q + its position in the sequence), across `BN` columns.
+    fn row_positions<const BQ: i32, const GT: i32, const BM: i32, const BN: i32>(first: i32, block: i32) -> Tile<i32, { [BM, BN] }> {
+        let rows: Tile<i32, { [BM] }> = iota(shape![BM]);
+        let gt: Tile<i32, { [BM] }> = broadcast_scalar(GT, shape![BM]);
+        let base: Tile<i32, { [BM] }> = broadcast_scalar(first + block * BQ, shape![BM]);
+        let positions: Tile<i32, { [BM] }> = base + rows / gt;
+        positions.reshape(shape![BM, 1]).broadcast(shape![BM, BN])
+    }
+
+    /// The sinks of head block `heads` (GT heads), in log2 units, one per row.
+    fn sink_rows<S: ElementType, const BQ: i32, const GT: i32, const BM: i32>(sinks: &Tensor<S, { [-1] }>, heads: i32) -> Tile<f32, { [BM, 1] }> {
+        let sp: Partition<S, { [GT] }> = sinks.partition(shape![GT]);
+        let raw: Tile<S, { [GT] }> = sp.load([heads]);
+        let sink: Tile<f32, { [GT] }> = convert_tile(raw);
+        let log2e: Tile<f32, { [GT] }> = constant(1.4426950408889634f32, shape![GT]);
+        let per_head: Tile<f32, { [1, GT] }> = (sink * log2e).reshape(shape![1, GT]);
+        per_head.broadcast(shape![BQ, GT]).reshape(shape![BM, 1])
+    }
+}

@@ -1,0 +1,415 @@
+"""attention_sink(query, key, value, sinks, ...): causal flash attention with one sink
+logit per head (GPT-OSS style), grouped-query heads, an optional sliding window and a
+KV-cache offset read on the device. A cuTile Rust forward, bfloat16 and float16."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .. import _device, _op
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["AttentionSinkConfig", "attention_sink", "attention_sink_candidates", "attention_sink_config"]
+
+EXPORT = "cutile_attention_sink"
+LOG2E = 1.4426950408889634
+
+
+class AttentionSinkConfig(NamedTuple):
+    """An attention_sink launch: each CTA takes `block_q` query positions of
+    `heads_per_tile` query heads of one KV head (a power of two dividing the group;
+    block_q * heads_per_tile rows, 16 to 256) and walks the keys in `block_n` tiles;
+    with `splits` > 1 the keys of each query block are shared among that many CTAs
+    and a second kernel combines them. `occupancy` and `warps` as for softmax."""
+
+    block_q: int
+    heads_per_tile: int
+    block_n: int
+    splits: int = 1
+    occupancy: int = 0
+    warps: int = 0
+
+
+# The heuristic's defaults, not yet fitted on a GPU (docs/benchmarks.md says what is
+# measured): ROWS rows per CTA, KEYS keys per tile, and split-KV when the grid would
+# leave SMs idle with at least MIN_TILES_PER_SPLIT key tiles for each split.
+ROWS = 128
+KEYS = 64
+MIN_TILES_PER_SPLIT = 4
+MAX_HEADS_PER_TILE = 16
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _heads_per_tile(group: int) -> int:
+    """The largest power of two dividing `group`, at most MAX_HEADS_PER_TILE."""
+    return min(group & -group, MAX_HEADS_PER_TILE)
+
+
+def _key_tiles(s_q: int, s_kv: int, window: int, block_q: int, block_n: int) -> int:
+    """Key tiles one query block visits at most (causal: up to its last row; window: from its first)."""
+    span = min(s_kv, window + block_q) if window else s_kv
+    return max(1, -(-span // block_n))
+
+
+def attention_sink_config(
+    batch: int, s_q: int, s_kv: int, kv_heads: int, group: int, head_dim: int, window: int, sms: int
+) -> AttentionSinkConfig:
+    """The heuristic's config for a call (`window` 0: none) on a GPU of `sms` SMs."""
+    gt = _heads_per_tile(group)
+    block_q = max(16 // gt, min(ROWS // gt, _next_pow2(s_q)), 1)
+    ctas = batch * -(-s_q // block_q) * kv_heads * (group // gt)
+    tiles = _key_tiles(s_q, s_kv, window, block_q, KEYS)
+    splits = 1
+    if ctas < sms and tiles >= 2 * MIN_TILES_PER_SPLIT:
+        splits = min(-(-2 * sms // ctas), tiles // MIN_TILES_PER_SPLIT, 1024)
+    return AttentionSinkConfig(block_q, gt, KEYS, splits)
+
+
+def attention_sink_candidates(
+    batch: int, s_q: int, s_kv: int, kv_heads: int, group: int, head_dim: int, window: int, sms: int
+) -> list[AttentionSinkConfig]:
+    """The autotuner's search space: rows per CTA, key tile, splits, occupancy."""
+    base = attention_sink_config(batch, s_q, s_kv, kv_heads, group, head_dim, window, sms)
+    gt = base.heads_per_tile
+    configs = {base}
+    for rows in (16, 32, 64, 128):
+        block_q = max(1, rows // gt)
+        if block_q * gt < 16 or block_q > max(1, _next_pow2(s_q)) * 2:
+            continue
+        for block_n in (32, 64, 128):
+            for splits in sorted({1, base.splits, max(1, base.splits // 2), base.splits * 2}):
+                for occupancy in (0, 2):
+                    configs.add(AttentionSinkConfig(block_q, gt, block_n, min(splits, 1024), occupancy))
+    return sorted(configs)
+
+
+plans = _op.Plans("attention_sink", EXPORT)
+# A plan's args: scale, window, group, head_dim, then the config's fields.
+_PLAN_SPLITS = 4 + AttentionSinkConfig._fields.index("splits")
+chooser = _op.Chooser("attention_sink", AttentionSinkConfig, plans)
+
+# start_q given as an int: a one-element int32 tensor per (device, value), made once
+# (outside a graph capture) so a repeated call launches no fill kernel.
+_start_tensors: dict[tuple[int, int], torch.Tensor] = {}
+_start_lock = threading.Lock()
+
+
+def _start_tensor(value: int, device: torch.device) -> torch.Tensor:
+    import torch
+
+    key = (device.index or 0, value)
+    found = _start_tensors.get(key)
+    if found is not None:
+        return found
+    made = torch.full((1,), value, dtype=torch.int32, device=device)
+    if not torch.cuda.is_current_stream_capturing():  # a capture's allocation is the graph's
+        with _start_lock:
+            if len(_start_tensors) >= 4096:
+                _start_tensors.clear()
+            _start_tensors[key] = made
+    return made
+
+
+def _start_q(start_q: Any, s_kv: int, device: torch.device) -> torch.Tensor:
+    """start_q as the one-element int32 device tensor the kernels read."""
+    import torch
+
+    if isinstance(start_q, torch.Tensor):
+        if start_q.numel() != 1 or start_q.dtype.is_floating_point or start_q.dtype.is_complex or start_q.dtype == torch.bool:
+            raise ValueError(f"start_q must be an int or a one-element integer tensor, got {start_q.dtype} {tuple(start_q.shape)}")
+        if start_q.device.type == "cpu":  # read here: no device to synchronise with
+            start_q = int(start_q.item())
+        elif start_q.device != device:
+            raise ValueError(f"start_q is on {start_q.device}, the query on {device}; put it on the query's device")
+        else:
+            # On the device its value is the kernel's to read: never synchronised on, so not
+            # checked here (negative: every row fully masked, zeros; past S_kv: keys clamp).
+            flat = start_q.reshape(1)
+            return flat if flat.dtype == torch.int32 else flat.to(torch.int32)
+    if isinstance(start_q, bool) or not isinstance(start_q, int):
+        try:
+            start_q = int(start_q)  # numpy integers and other int-likes
+        except (TypeError, ValueError):
+            raise TypeError(f"start_q must be an int or a one-element integer tensor, got {type(start_q).__name__}") from None
+    if not 0 <= start_q <= s_kv:
+        raise ValueError(f"start_q = {start_q}: must be in 0..={s_kv} (S_kv), the position of the first query in the KV cache")
+    return _start_tensor(start_q, device)
+
+
+def _window(sliding_window: Any) -> int:
+    if sliding_window is None:
+        return 0
+    if isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window < 0:
+        raise ValueError(f"sliding_window must be None or a non-negative int (0: none), got {sliding_window!r}")
+    if sliding_window >= 2**31:
+        return 0  # wider than any i32 sequence: no window
+    return sliding_window
+
+
+def _check(query: Any, key: Any, value: Any, sinks: Any) -> tuple[int, int, int, int, int, int]:
+    """(B, S_q, S_kv, H_kv, group, D) of a valid call, else the exception that says what is wrong."""
+    import torch
+
+    for name, t in (("query", query), ("key", key), ("value", value), ("sinks", sinks)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"attention_sink: {name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in (("query", query), ("key", key), ("value", value), ("sinks", sinks)):
+        _device.check_cuda_tensor(t, f"attention_sink ({name})")
+    if query.dim() != 5:
+        raise ValueError(f"query must be (B, S_q, H_kv, G, D), got {query.dim()} dims {tuple(query.shape)}")
+    if key.dim() != 4 or value.dim() != 4:
+        raise ValueError(f"key and value must be (B, S_kv, H_kv, D), got {tuple(key.shape)} and {tuple(value.shape)}")
+    b, s_q, h_kv, group, d = query.shape
+    if key.shape != value.shape:
+        raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} must have the same shape")
+    if key.shape[0] != b or key.shape[2] != h_kv or key.shape[3] != d:
+        raise ValueError(f"key/value {tuple(key.shape)} must be (B={b}, S_kv, H_kv={h_kv}, D={d}) to match query {tuple(query.shape)}")
+    if query.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"attention_sink supports float16 and bfloat16; query is {query.dtype}. Cast it, e.g. q.bfloat16()")
+    for name, t in (("key", key), ("value", value)):
+        if t.dtype != query.dtype:
+            raise TypeError(f"{name} dtype {t.dtype} differs from query's {query.dtype}")
+        if t.device != query.device:
+            raise ValueError(f"{name} is on {t.device}, query on {query.device}: put them on one device")
+    if sinks.dim() != 1 or sinks.shape[0] != h_kv * group:
+        raise ValueError(f"sinks must be (H_kv*G,) = ({h_kv * group},), one logit per query head; got {tuple(sinks.shape)}")
+    if not sinks.dtype.is_floating_point:
+        raise TypeError(f"sinks must be floating point, got {sinks.dtype}")
+    if sinks.device != query.device:
+        raise ValueError(f"sinks are on {sinks.device}, query on {query.device}: put them on one device")
+    if d < 16 or d > 256 or d & (d - 1):
+        raise ValueError(f"head dim D = {d} is not supported: D must be a power of two from 16 to 256 (64 and 128 are tuned)")
+    if key.shape[1] == 0:
+        raise ValueError("key and value hold no positions (S_kv = 0): every query needs at least one key")
+    return b, s_q, key.shape[1], h_kv, group, d
+
+
+def _rows(t: torch.Tensor, b: int, s: int, width: int) -> torch.Tensor:
+    """`t` as the `[B, S, width]` view the kernels read (unit last stride), copied only when it must be."""
+    t3 = t.reshape(b, s, width)
+    return t3 if width <= 1 or t3.stride(2) == 1 else t3.contiguous()
+
+
+def _sinks(sinks: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    import torch
+
+    return sinks if sinks.dtype in (torch.float32, dtype) else sinks.float()
+
+
+def _plan_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: torch.Tensor, sm_scale: float, window: int) -> tuple[Any, ...]:
+    """What makes two calls the same launch (start_q aside: an int or tensor of any value is passed per call)."""
+    return (q.shape, q.stride(), k.shape, k.stride(), v.stride(), q.dtype, s.dtype, s.stride(), q.get_device(), sm_scale, window)
+
+
+def _choose(
+    q3: torch.Tensor, k3: torch.Tensor, v3: torch.Tensor, sinks: torch.Tensor, dims: tuple[int, ...], window: int,
+    scale: float, index: int, config: Any, autotune: bool,
+) -> AttentionSinkConfig:
+    if config is not None:
+        return _op.check_config(config, AttentionSinkConfig)
+    b, s_q, s_kv, h_kv, group, d = dims
+    sms = _device.sm_count(index)
+    problem = (index, q3.dtype, b, s_q, s_kv, h_kv, group, d, window)
+
+    def tuner() -> Any:
+        import torch
+
+        start = _start_tensor(0, q3.device)
+        q, k, v = torch.randn_like(q3), torch.randn_like(k3), torch.randn_like(v3)  # the caller's tensors stay untouched
+        out = torch.empty_like(q)
+        return lambda c: _launch(out, q, k, v, sinks, start, scale, window, group, d, c, index)
+
+    return chooser.choose(
+        problem,
+        lambda: f"attention_sink|{_device.name(index)}|{q3.dtype}|d={d}|g={group}|w={window}|b*hkv~{_next_pow2(b * h_kv)}"
+        f"|sq~{_next_pow2(s_q)}|skv~{_next_pow2(s_kv)}",
+        lambda: attention_sink_config(b, s_q, s_kv, h_kv, group, d, window, sms),
+        lambda: attention_sink_candidates(b, s_q, s_kv, h_kv, group, d, window, sms),
+        tuner,
+        autotune,
+    )
+
+
+def _partials(out: torch.Tensor, heads: int, splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split kernel's float32 partials (acc, ml); with one split, `out` stands in for both (never read)."""
+    import torch
+
+    if splits <= 1:
+        return out, out
+    b, s_q, width = out.shape
+    acc = torch.empty((splits * b, s_q, width), dtype=torch.float32, device=out.device)
+    ml = torch.empty((splits * b, s_q, 2 * heads), dtype=torch.float32, device=out.device)
+    return acc, ml
+
+
+def _launch(
+    out: torch.Tensor, q3: torch.Tensor, k3: torch.Tensor, v3: torch.Tensor, sinks: torch.Tensor, start: torch.Tensor,
+    scale: float, window: int, group: int, d: int, config: AttentionSinkConfig, index: int,
+) -> None:
+    heads = q3.shape[2] // d
+    acc, ml = _partials(out, heads, config.splits)
+    what = ("attention_sink", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
+    descs = _op.tensor_descs(out, q3, k3, v3, sinks, start, acc, ml)
+    _op.call("attention_sink", EXPORT, (*descs, scale, window, group, d, *config), index, what)
+
+
+def attention_sink(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    sinks: torch.Tensor,
+    sm_scale: float = 0.125,
+    sliding_window: int | None = None,
+    start_q: int | torch.Tensor = 0,
+    *,
+    config: AttentionSinkConfig | tuple[int, ...] | None = None,
+    autotune: bool = False,
+) -> torch.Tensor:
+    """Attention with sinks, returned as a new `(B, S_q, H_kv*G*D)` tensor in query's dtype.
+
+    query `(B, S_q, H_kv, G, D)`, key and value `(B, S_kv, H_kv, D)`: float16 or bfloat16
+    CUDA tensors on one device, D a power of two from 16 to 256; sinks `(H_kv*G,)`, one
+    logit per query head (any float dtype). Query i sits at position `start_q + i` and
+    attends the keys at positions up to its own and, with `sliding_window=W`, after its
+    own minus W; each head's sink joins the softmax denominator only, so
+    out = sum_j exp(s_ij) v_j / (exp(sink) + sum_j exp(s_ij)), s = sm_scale * q.k.
+    A row that sees no key (start_q past a window's reach) is all zeros.
+
+    `start_q`: an int in 0..=S_kv, or a one-element integer tensor on the query's device
+    (read by the kernel: no host sync, so its value is not checked). Runs on the current
+    stream without blocking the host (CUDA-graph capturable). Forward only: inputs that
+    require grad raise. `config=AttentionSinkConfig(...)` or `autotune=True` as for softmax.
+    """
+    import torch
+
+    window = _window(sliding_window)
+    scale = float(sm_scale) * LOG2E
+    if config is None and not autotune:
+        # The per-call fast path: plain tensors of a layout seen before on this thread.
+        try:
+            plan_key = _plan_key(query, key, value, sinks, float(sm_scale), window)
+        except (AttributeError, TypeError):
+            plan_key = None  # not tensors: the checks below say what is wrong
+        plan = plans.get(plan_key) if plan_key is not None else None
+        if (
+            plan is not None
+            and type(query) is type(key) is type(value) is type(sinks) is torch.Tensor
+            and not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad))
+        ):
+            b, s_q, h_kv, group, d = query.shape
+            start = _start_q(start_q, key.shape[1], query.device)
+            out = torch.empty((b, s_q, h_kv * group * d), dtype=query.dtype, device=query.device)
+            acc, ml = _partials(out, h_kv * group, plan.args[_PLAN_SPLITS])
+            plan.run(out.data_ptr(), query.data_ptr(), key.data_ptr(), value.data_ptr(), sinks.data_ptr(),
+                     start.data_ptr(), acc.data_ptr(), ml.data_ptr())  # fmt: skip
+            return out
+    dims = _check(query, key, value, sinks)
+    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad or sinks.requires_grad):
+        raise RuntimeError(
+            "attention_sink is forward only (no backward kernel yet): call it under torch.no_grad() "
+            "or pass detached tensors"
+        )
+    if not math.isfinite(scale):
+        raise ValueError(f"sm_scale = {sm_scale}: must be finite")
+    b, s_q, s_kv, h_kv, group, d = dims
+    index = _op.device_index(query)
+    _device.prepare(index)
+    start = _start_q(start_q, s_kv, query.device)
+    q3, k3, v3 = _rows(query, b, s_q, h_kv * group * d), _rows(key, b, s_kv, h_kv * d), _rows(value, b, s_kv, h_kv * d)
+    s = _sinks(sinks, query.dtype)
+    out = torch.empty((b, s_q, h_kv * group * d), dtype=query.dtype, device=query.device)
+    chosen = _choose(q3, k3, v3, s, dims, window, scale, index, config, autotune)
+    if b and s_q:
+        _launch(out, q3, k3, v3, s, start, scale, window, group, d, chosen, index)
+        in_place = q3.data_ptr() == query.data_ptr() and k3.data_ptr() == key.data_ptr() and v3.data_ptr() == value.data_ptr()
+        if config is None and not autotune and in_place and s is sinks and type(query) is torch.Tensor:
+            acc, ml = _partials(out, h_kv * group, chosen.splits)
+            plans.make(
+                _plan_key(query, key, value, sinks, float(sm_scale), window),
+                (out, q3, k3, v3, s, start, acc, ml),
+                (scale, window, group, d, *chosen),
+                index,
+                dense=True,
+            )
+    return out
+
+
+def _tilegym_attention_sink(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    sinks: torch.Tensor,
+    sm_scale: float = 0.125,
+    sliding_window: int | None = None,
+    start_q: int | torch.Tensor = 0,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """TileGym's `attention_sink(query, key, value, sinks, sm_scale, sliding_window, start_q, **kw)`
+    on our kernels; other keywords are ignored with a one-time warning."""
+    _op.ignore_kwargs("attention_sink", kwargs)
+    return attention_sink(query, key, value, sinks, sm_scale, sliding_window, start_q)
+
+
+def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, autotune: bool) -> AttentionSinkConfig:
+    """Compile (and optionally autotune) attention_sink for `shape` = (B, S_q, S_kv, H_kv, G, D)."""
+    import torch
+
+    if len(shape) != 6:
+        raise ValueError(f"attention_sink warms up (B, S_q, S_kv, H_kv, G, D) shapes, got {shape}")
+    b, s_q, s_kv, h_kv, group, d = shape
+    q = torch.randn(b, s_q, h_kv, group, d, device=device, dtype=dtype)
+    k = torch.randn(b, s_kv, h_kv, d, device=device, dtype=dtype)
+    v = torch.randn_like(k)
+    sinks = torch.randn(h_kv * group, device=device, dtype=dtype)
+    start = max(0, s_kv - s_q)
+    with torch.no_grad():
+        attention_sink(q, k, v, sinks, 1 / math.sqrt(d), None, start, autotune=autotune)
+    index = _op.device_index(q)
+    return attention_sink_config(b, s_q, s_kv, h_kv, group, d, 0, _device.sm_count(index))
+
+
+def reference(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor,
+    sm_scale: float = 0.125, sliding_window: int | None = None, start_q: int = 0,
+) -> torch.Tensor:
+    """The float32 eager computation the kernels are checked against (tests, smoke, benchmark)."""
+    import torch
+
+    b, s_q, h_kv, group, d = query.shape
+    s_kv = key.shape[1]
+    rows = torch.arange(s_q, device=query.device)[:, None] + start_q
+    cols = torch.arange(s_kv, device=query.device)[None, :]
+    hidden = cols > rows
+    if sliding_window:
+        hidden |= cols <= rows - sliding_window
+    logits = torch.einsum("bqhgd,bkhd->bhgqk", query.float(), key.float()) * sm_scale
+    logits = logits.masked_fill(hidden, float("-inf"))
+    sink = sinks.float().view(1, h_kv, group, 1, 1)
+    top = torch.maximum(logits.amax(-1, keepdim=True), sink)
+    weights = torch.exp(logits - top)
+    weights = weights / (weights.sum(-1, keepdim=True) + torch.exp(sink - top))
+    out = torch.einsum("bhgqk,bkhd->bqhgd", weights, value.float())
+    return out.reshape(b, s_q, h_kv * group * d).to(query.dtype)
+
+
+def _smoke(device: torch.device) -> str:
+    import torch
+
+    q = torch.randn(2, 33, 2, 4, 64, device=device, dtype=torch.bfloat16)
+    k = torch.randn(2, 40, 2, 64, device=device, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    sinks = torch.randn(8, device=device)
+    out = attention_sink(q, k, v, sinks, 0.125, 16, 7)
+    err = (out.float() - reference(q, k, v, sinks, 0.125, 16, 7).float()).abs().max().item()
+    assert out.shape == (2, 33, 512) and err < 5e-2, f"max abs error {err:.2e} vs float32 torch (bound 5e-2)"
+    return f"attention_sink max abs error {err:.2e} vs float32 torch (bound 5e-2)"
+
+
+OP = _op.OpSpec("attention_sink", tilegym={"attention_sink": _tilegym_attention_sink}, warmup=_warmup, smoke=_smoke)

@@ -1,0 +1,178 @@
+"""attention_sink on the GPU against the float32 eager reference with TileGym's tolerances
+(atol 5e-2, rtol 1e-2): TileGym's grid, prefill, decode (split-KV), head dim 128, windows,
+fully masked rows, start_q as a device tensor, explicit configs, graphs and bad input."""
+
+from __future__ import annotations
+
+import pytest
+import tilegym_cutile_rs
+import torch
+from tilegym_cutile_rs.ops.attention_sink import AttentionSinkConfig, reference
+
+pytestmark = pytest.mark.gpu
+
+TOL = dict(atol=5e-2, rtol=1e-2)
+
+
+def inputs(b: int, s_q: int, s_kv: int, h_kv: int = 8, group: int = 8, d: int = 64, dtype: torch.dtype = torch.bfloat16):  # type: ignore[no-untyped-def]
+    q = torch.randn(b, s_q, h_kv, group, d, device="cuda", dtype=dtype)
+    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype)
+    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype)
+    sinks = torch.randn(h_kv * group, device="cuda", dtype=dtype)
+    return q, k, v, sinks
+
+
+# TileGym's test grid (it leaves out S_q > S_kv; test_queries_past_the_cache covers queries past the keys).
+GRID = [
+    (batch, s_q, s_kv, window, start_q)
+    for batch in (1, 2)
+    for s_q in (1, 128)
+    for s_kv in (128, 32)
+    for window in (None, 128)
+    for start_q in (0, 5)
+    if s_q <= s_kv
+]
+
+
+@pytest.mark.parametrize("batch, s_q, s_kv, window, start_q", GRID)
+def test_tilegym_grid(batch: int, s_q: int, s_kv: int, window: int | None, start_q: int) -> None:
+    torch.manual_seed(0)
+    q, k, v, sinks = inputs(batch, s_q, s_kv)
+    start = torch.tensor([start_q], dtype=torch.int32, device="cuda")  # as TileGym passes it
+    out = tilegym_cutile_rs.attention_sink(q, k, v, sinks, 0.125, window, start)
+    assert out.shape == (batch, s_q, 8 * 8 * 64) and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, reference(q, k, v, sinks, 0.125, window, start_q), **TOL)
+
+
+@pytest.mark.parametrize(
+    "b, s_q, s_kv, group, d, window, dtype",
+    [
+        (1, 4096, 4096, 8, 64, None, torch.bfloat16),  # prefill
+        (1, 4096, 4096, 8, 64, 128, torch.float16),
+        (1, 10820, 10820, 8, 64, 128, torch.bfloat16),  # TileGym's prefill perf shape
+        (1, 1, 10919, 8, 64, None, torch.bfloat16),  # decode: split-KV
+        (2, 1, 5000, 8, 128, None, torch.float16),
+        (2, 128, 2048, 8, 128, None, torch.bfloat16),  # head dim 128
+        (3, 77, 300, 6, 64, 50, torch.bfloat16),  # a group that is not a power of two
+        (1, 33, 33, 1, 32, 1, torch.float16),  # MHA, a window of one: each query sees itself
+        (2, 100, 260, 4, 64, 1000, torch.bfloat16),  # a window wider than S_kv
+    ],
+)
+def test_prefill_decode_head_dims_and_windows(b: int, s_q: int, s_kv: int, group: int, d: int, window: int | None, dtype: torch.dtype) -> None:
+    torch.manual_seed(1)
+    q, k, v, sinks = inputs(b, s_q, s_kv, 8 if group > 1 else 4, group, d, dtype)
+    start = s_kv - s_q
+    out = tilegym_cutile_rs.attention_sink(q, k, v, sinks, d**-0.5, window, start)
+    torch.testing.assert_close(out, reference(q, k, v, sinks, d**-0.5, window, start), **TOL)
+
+
+def test_queries_past_the_cache_and_fully_masked_rows_are_zero() -> None:
+    # start_q = S_kv: positions S_kv.. see every key (causal), but a window of 4 reaches
+    # back only to positions above S_kv - 4 + i: rows past S_kv + 3 see no key at all.
+    torch.manual_seed(2)
+    q, k, v, sinks = inputs(1, 16, 40, 2, 4)
+    out = tilegym_cutile_rs.attention_sink(q, k, v, sinks, 0.125, 4, 40)
+    ref = reference(q, k, v, sinks, 0.125, 4, 40)
+    torch.testing.assert_close(out, ref, **TOL)
+    assert out[:, 4:].abs().max().item() == 0.0  # the sink takes all the weight
+    assert out[:, :3].abs().max().item() > 0.0
+
+
+def test_every_split_count_and_tile_agrees() -> None:
+    torch.manual_seed(3)
+    q, k, v, sinks = inputs(1, 3, 3000, 2, 8)
+    ref = reference(q, k, v, sinks, 0.1, None, 2997)
+    for config in [(2, 8, 64, 1), (2, 8, 64, 7), (2, 8, 32, 40), (4, 4, 128, 3), (16, 1, 64, 2), (2, 8, 64, 200)]:
+        out = tilegym_cutile_rs.attention_sink(q, k, v, sinks, 0.1, None, 2997, config=AttentionSinkConfig(*config))
+        torch.testing.assert_close(out, ref, **TOL, msg=lambda m, c=config: f"config {c}: {m}")
+
+
+def test_start_q_tensor_int64_and_cpu_forms_agree() -> None:
+    torch.manual_seed(4)
+    q, k, v, sinks = inputs(2, 8, 64, 2, 2)
+    ref = reference(q, k, v, sinks, 0.125, 16, 56)
+    for start in (56, torch.tensor(56), torch.tensor([56], device="cuda"), torch.tensor([56], dtype=torch.int32, device="cuda")):
+        torch.testing.assert_close(tilegym_cutile_rs.attention_sink(q, k, v, sinks, 0.125, 16, start), ref, **TOL)
+
+
+def test_float32_sinks_and_strided_inputs() -> None:
+    torch.manual_seed(5)
+    q, k, v, sinks = inputs(2, 20, 50, 2, 4)
+    k_wide = torch.randn(2, 50, 2, 128, device="cuda", dtype=torch.bfloat16)[..., :64]  # rows 128 apart
+    k_wide.copy_(k)
+    ref = reference(q, k, v, sinks.float(), 0.2, None, 30)
+    torch.testing.assert_close(tilegym_cutile_rs.attention_sink(q, k_wide, v, sinks.float(), 0.2, None, 30), ref, **TOL)
+    q_t = q.transpose(0, 1).contiguous().transpose(0, 1)  # batch not outermost in memory
+    torch.testing.assert_close(tilegym_cutile_rs.attention_sink(q_t, k, v, sinks, 0.2, None, 30), reference(q, k, v, sinks, 0.2, None, 30), **TOL)
+
+
+def test_repeated_calls_take_each_call_s_data_and_start() -> None:
+    torch.manual_seed(6)
+    shapes = [inputs(1, 1, 4000, 8, 8) for _ in range(3)]  # decode: the split path's plan
+    for step, (q, k, v, sinks) in enumerate(shapes * 2):
+        start = torch.tensor([3999 - step], dtype=torch.int32, device="cuda")
+        out = tilegym_cutile_rs.attention_sink(q, k, v, sinks, 0.125, None, start)
+        torch.testing.assert_close(out, reference(q, k, v, sinks, 0.125, None, 3999 - step), **TOL)
+    q, k, v, sinks = inputs(2, 64, 64, 2, 4)
+    for start in (0, 10, 0):  # the one-pass path's plan, an int start_q each time
+        torch.testing.assert_close(tilegym_cutile_rs.attention_sink(q, k, v, sinks, 0.125, 8, start), reference(q, k, v, sinks, 0.125, 8, start), **TOL)
+
+
+def test_cuda_graph_capture_and_replay() -> None:
+    torch.manual_seed(7)
+    q, k, v, sinks = inputs(1, 1, 2048, 8, 8)
+    start = torch.tensor([2047], dtype=torch.int32, device="cuda")
+    tilegym_cutile_rs.attention_sink(q, k, v, sinks, 0.125, None, start)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = tilegym_cutile_rs.attention_sink(q, k, v, sinks, 0.125, None, start)
+    for step in range(3):
+        q.copy_(torch.randn_like(q))
+        start.fill_(2047 - 100 * step)
+        graph.replay()
+        torch.testing.assert_close(out, reference(q, k, v, sinks, 0.125, None, 2047 - 100 * step), **TOL)
+
+
+def test_bad_input_on_the_gpu() -> None:
+    q, k, v, sinks = inputs(1, 4, 8, 2, 2)
+    cases = [
+        (lambda: tilegym_cutile_rs.attention_sink(q.float(), k, v, sinks), TypeError, "float16 and bfloat16"),
+        (lambda: tilegym_cutile_rs.attention_sink(q, k.half(), v, sinks), TypeError, "key dtype"),
+        (lambda: tilegym_cutile_rs.attention_sink(q[..., :48], k[..., :48], v[..., :48], sinks), ValueError, "power of two"),
+        (lambda: tilegym_cutile_rs.attention_sink(q, k[:, :, :1], v[:, :, :1], sinks), ValueError, "H_kv=2"),
+        (lambda: tilegym_cutile_rs.attention_sink(q, k, v, sinks[:3]), ValueError, r"\(4,\)"),
+        (lambda: tilegym_cutile_rs.attention_sink(q[0], k, v, sinks), ValueError, "5 dims|\\(B, S_q"),
+        (lambda: tilegym_cutile_rs.attention_sink(q, k, v, sinks, start_q=-1), ValueError, "start_q = -1"),
+        (lambda: tilegym_cutile_rs.attention_sink(q, k, v, sinks, start_q=9), ValueError, "start_q = 9"),
+        (lambda: tilegym_cutile_rs.attention_sink(q, k, v, sinks, start_q=torch.tensor([1.5])), ValueError, "integer"),
+        (lambda: tilegym_cutile_rs.attention_sink(q, k, v, sinks, sliding_window=-2), ValueError, "sliding_window"),
+        (lambda: tilegym_cutile_rs.attention_sink(q, k[:, :0], v[:, :0], sinks), ValueError, "S_kv = 0"),
+        (lambda: tilegym_cutile_rs.attention_sink(q, k, v, sinks, config=(3, 2, 64)), Exception, "block_q"),
+        (lambda: tilegym_cutile_rs.attention_sink(q, k, v, sinks, config=(8, 4, 64)), Exception, "dividing group"),
+    ]
+    for call, exc, fragment in cases:
+        with pytest.raises(exc, match=fragment):
+            call()
+    q.requires_grad_(True)
+    with pytest.raises(RuntimeError, match="forward only"):
+        tilegym_cutile_rs.attention_sink(q, k, v, sinks)
+    with torch.no_grad():
+        assert tilegym_cutile_rs.attention_sink(q, k, v, sinks).shape == (1, 4, 2 * 2 * 64)
+
+
+def test_empty_batch_and_queries() -> None:
+    q, k, v, sinks = inputs(0, 4, 8, 2, 2)
+    assert tilegym_cutile_rs.attention_sink(q, k, v, sinks).shape == (0, 4, 256)
+    q, k, v, sinks = inputs(2, 0, 8, 2, 2)
+    assert tilegym_cutile_rs.attention_sink(q, k, v, sinks).shape == (2, 0, 256)
+
+
+def test_tilegym_registration_and_check_smoke() -> None:
+    from tilegym_cutile_rs import tilegym_backend
+
+    assert "attention_sink" in tilegym_backend.provided_ops()
+    from tilegym_cutile_rs import _op
+
+    assert "attention_sink max abs error" in _op.ops()["attention_sink"].smoke(torch.device("cuda"))
+    [record] = tilegym_cutile_rs.warmup([(1, 1, 1024, 8, 8, 64)], ["bfloat16"], ops=["attention_sink"])
+    assert record["op"] == "attention_sink" and record["config"].splits > 1
