@@ -1,0 +1,119 @@
+"""attention_sink on CPU: the library's checks at the C boundary, the Python checks that
+need no GPU, and the heuristic's configs."""
+
+from __future__ import annotations
+
+import pytest
+import tilegym_cutile_rs
+import torch
+from tilegym_cutile_rs import _library
+from tilegym_cutile_rs.ops import attention_sink as at
+
+from .test_abi import desc
+
+BF16 = 2
+
+
+def call(lib, views, config=(4, 4, 64, 1), window=0, group=4, head_dim=64):  # type: ignore[no-untyped-def]
+    """The export on descriptors (B 2, S_q 5, S_kv 7, 2 KV heads of 4 query heads, D 64 unless views say otherwise)."""
+    args = [views[name] for name in ("out", "q", "k", "v", "sinks", "start_q", "acc", "ml")]
+    status = lib.cutile_attention_sink(*args, 0.18, window, group, head_dim, *config, 0, 0, 0, 0)
+    return status, _library.last_error()
+
+
+def views(lib, **changes):  # type: ignore[no-untyped-def]
+    base = {
+        "out": desc(lib, [2, 5, 512], dtype=BF16),
+        "q": desc(lib, [2, 5, 512], dtype=BF16),
+        "k": desc(lib, [2, 7, 128], dtype=BF16),
+        "v": desc(lib, [2, 7, 128], dtype=BF16),
+        "sinks": desc(lib, [8]),
+        "start_q": desc(lib, [1], dtype=lib.CUTILE_DTYPE_I32),
+        "acc": _library.ffi().NULL,
+        "ml": _library.ffi().NULL,
+    }
+    base.update(changes)
+    return base
+
+
+@pytest.mark.parametrize(
+    "changes, config, fragment",
+    [
+        ({"q": "f32"}, None, "float16 or bfloat16"),
+        ({"k": [2, 7, 96]}, None, "H_kv*64"),
+        ({"v": [2, 6, 128]}, None, "must both be"),
+        ({"q": [2, 5, 384], "out": [2, 5, 384]}, None, "q's last dim 384"),
+        ({"sinks": [4]}, None, "sinks must hold 8"),
+        ({"start_q": "f32"}, None, "not int32"),
+        ({"start_q": [2]}, None, "one-element"),
+        ({"out": "strided"}, None, "contiguous"),
+        ({}, (3, 4, 64, 1), "block_q = 3"),
+        ({}, (4, 8, 64, 1), "dividing group"),
+        ({}, (2, 4, 64, 1), "block_q * heads_per_tile = 8"),
+        ({}, (4, 4, 64, 2), "acc: TensorDesc pointer is null"),
+        ({}, (4, 4, 64, 0), "splits = 0"),
+        ({"k": [2, 0, 128], "v": [2, 0, 128]}, None, "S_kv = 0"),
+    ],
+)
+def test_the_library_refuses_inconsistent_calls_before_any_launch(lib, changes, config, fragment) -> None:  # type: ignore[no-untyped-def]
+    made = {}
+    for name, change in changes.items():
+        if change == "f32":
+            shape = {"q": [2, 5, 512], "start_q": [1]}[name]
+            made[name] = desc(lib, shape)
+        elif change == "strided":
+            made[name] = desc(lib, [2, 5, 512], [5 * 1024, 1024, 1], dtype=BF16)
+        else:
+            dtype = lib.CUTILE_DTYPE_F32 if name == "sinks" else lib.CUTILE_DTYPE_I32 if name == "start_q" else BF16
+            made[name] = desc(lib, change, dtype=dtype)
+    status, msg = call(lib, views(lib, **made), config or (4, 4, 64, 1))
+    assert status != lib.CUTILE_OK and fragment in msg, msg
+
+
+def test_split_partials_are_checked_and_an_empty_batch_launches_nothing(lib) -> None:  # type: ignore[no-untyped-def]
+    acc, ml = desc(lib, [6, 5, 512]), desc(lib, [6, 5, 16])
+    status, msg = call(lib, views(lib, acc=acc, ml=desc(lib, [6, 5, 8])), (4, 4, 64, 3))
+    assert status == lib.CUTILE_ERR_INVALID_ARGUMENT and "ml must be" in msg, msg
+    # With no batch the library returns before it needs a GPU, once every view checks out.
+    empty = {"out": desc(lib, [0, 5, 512], dtype=BF16), "q": desc(lib, [0, 5, 512], dtype=BF16)}
+    empty |= {"k": desc(lib, [0, 7, 128], dtype=BF16), "v": desc(lib, [0, 7, 128], dtype=BF16)}
+    empty |= {"acc": desc(lib, [0, 5, 512]), "ml": desc(lib, [0, 5, 16])}
+    assert call(lib, views(lib, **empty), (4, 4, 64, 3))[0] == lib.CUTILE_OK
+    del acc, ml
+
+
+@pytest.mark.parametrize(
+    "call_, exc, fragment",
+    [
+        (lambda: tilegym_cutile_rs.attention_sink(torch.randn(1, 2, 1, 1, 64), torch.randn(1, 2, 1, 64), torch.randn(1, 2, 1, 64), torch.randn(1)), ValueError, "CUDA tensors"),
+        (lambda: tilegym_cutile_rs.attention_sink([1.0], None, None, None), TypeError, "torch.Tensor"),
+        (lambda: tilegym_cutile_rs.attention_sink(torch.empty(1, 2, 1, 1, 64, device="meta"), torch.empty(1, 2, 1, 64, device="meta"), torch.empty(1, 2, 1, 64, device="meta"), torch.empty(1, device="meta")), ValueError, "CUDA tensors"),
+        (lambda: at._window(-1), ValueError, "sliding_window"),
+        (lambda: at._window(2.5), ValueError, "sliding_window"),
+    ],
+)
+def test_bad_input_is_a_clear_exception_on_cpu(call_, exc, fragment) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(exc, match=fragment):
+        call_()
+
+
+@pytest.mark.parametrize("batch, s_q, s_kv", [(1, 1, 10919), (1, 10820, 10820), (2, 128, 2048), (4, 1, 100), (64, 1, 4096), (1, 3, 17)])
+@pytest.mark.parametrize("group, d", [(8, 64), (8, 128), (6, 64), (1, 64), (16, 128), (7, 32)])
+@pytest.mark.parametrize("window", [0, 128])
+def test_every_config_is_one_the_library_takes(lib, batch: int, s_q: int, s_kv: int, group: int, d: int, window: int) -> None:  # type: ignore[no-untyped-def]
+    for config in [at.attention_sink_config(batch, s_q, s_kv, 8, group, d, window, 132), *at.attention_sink_candidates(batch, s_q, s_kv, 8, group, d, window, 132)]:
+        rows = config.block_q * config.heads_per_tile
+        assert 16 <= rows <= 256 and 16 <= config.block_n <= 256, config
+        assert config.block_q & (config.block_q - 1) == 0 and group % config.heads_per_tile == 0, config
+        assert 1 <= config.splits <= 1024 and config.occupancy <= lib.CUTILE_MAX_OCCUPANCY, config
+    chosen = at.attention_sink_config(batch, s_q, s_kv, 8, group, d, window, 132)
+    assert chosen in at.attention_sink_candidates(batch, s_q, s_kv, 8, group, d, window, 132)
+    if s_q == 1 and batch * 8 < 132 and s_kv >= 4096 and not window:
+        assert chosen.splits > 1, chosen  # decode over a long cache: split-KV fills the SMs
+
+
+def test_the_op_is_registered_for_tilegym_and_the_check() -> None:
+    from tilegym_cutile_rs import _op, tilegym_backend
+
+    assert "attention_sink" in _op.ops() and "attention_sink" in tilegym_backend.provided_ops()
+    assert callable(_library.library().cutile_attention_sink)
