@@ -75,40 +75,44 @@ def main() -> None:
     print("TFLOP/s over unmasked work; '-' where a peer does not run (see stderr).\n")
     print(f"| B, S_q, S_kv, H_kv x G, D, window | {' | '.join(names)} | ours | ours / best peer |")
     print("| --- | " + "--- | " * (len(names) + 2))
-    for b, s_q, s_kv, h_kv, group, d, window in SHAPES:
-        torch.manual_seed(0)
-        q = torch.randn(b, s_q, h_kv, group, d, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-        sinks = torch.randn(h_kv * group, device="cuda", dtype=torch.bfloat16)
-        start_q = s_kv - s_q
-        start = torch.tensor([start_q], dtype=torch.int32, device="cuda")
-        scale = d**-0.5
-        pairs = visible_pairs(s_q, s_kv, window, start_q)
-        flops = 4 * b * h_kv * group * d * pairs
-        calls: dict[str, Callable[[], Any]] = {}
-        for name, fn in peers.items():
-            if fn is None or (name == "eager f32" and b * h_kv * group * s_q * s_kv > args.skip_eager_above):
-                continue
-            calls[name] = lambda fn=fn: fn(q, k, v, sinks, scale, window, start if fn is not reference else start_q)
-        calls["ours"] = lambda: tilegym_cutile_rs.attention_sink(q, k, v, sinks, scale, window, start)
-        ref = reference(q[:, :64], k, v, sinks, scale, window, start_q)  # the first rows, checked before timing
-        got = tilegym_cutile_rs.attention_sink(q, k, v, sinks, scale, window, start)[:, : ref.shape[1]]
-        torch.testing.assert_close(got, ref, atol=5e-2, rtol=1e-2)
-        tflops = dict.fromkeys(calls, 0.0)
-        with torch.no_grad():
-            for _ in range(args.rounds):
-                for name, call in calls.items():
-                    ms = bench(call)
-                    tflops[name] = max(tflops[name], flops / (ms * 1e-3) / 1e12)
-        cells = " | ".join(f"{tflops[n]:.1f}" if n in tflops else "-" for n in names)
-        best = max((tflops[n] for n in names if n in tflops), default=0.0)
-        ratio = f"{tflops['ours'] / best:.2f}x" if best else "-"
-        w = window if window else "-"
-        print(f"| {b}, {s_q}, {s_kv}, {h_kv} x {group}, {d}, {w} | {cells} | {tflops['ours']:.1f} | {ratio} |", flush=True)
-        del q, k, v, calls
+    for shape in SHAPES:
+        print(row(shape, peers, bench, args.rounds, args.skip_eager_above), flush=True)
         torch.cuda.empty_cache()
 
+
+def row(shape: tuple[Any, ...], peers: dict[str, Callable[..., torch.Tensor] | None], bench: Callable[..., float], rounds: int, eager_limit: int) -> str:
+    """One table row: every runnable peer and ours on one shape, ours checked first."""
+    b, s_q, s_kv, h_kv, group, d, window = shape
+    torch.manual_seed(0)
+    q = torch.randn(b, s_q, h_kv, group, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    sinks = torch.randn(h_kv * group, device="cuda", dtype=torch.bfloat16)
+    start_q = s_kv - s_q
+    start = torch.tensor([start_q], dtype=torch.int32, device="cuda")
+    scale = d**-0.5
+    flops = 4 * b * h_kv * group * d * visible_pairs(s_q, s_kv, window, start_q)
+    calls: dict[str, Callable[[], Any]] = {}
+    for name, fn in peers.items():
+        if fn is None or (name == "eager f32" and b * h_kv * group * s_q * s_kv > eager_limit):
+            continue
+        offset = start_q if fn is reference else start
+        calls[name] = lambda fn=fn, offset=offset: fn(q, k, v, sinks, scale, window, offset)
+    calls["ours"] = lambda: tilegym_cutile_rs.attention_sink(q, k, v, sinks, scale, window, start)
+    ref = reference(q[:, :64], k, v, sinks, scale, window, start_q)  # the first rows, checked before timing
+    got = tilegym_cutile_rs.attention_sink(q, k, v, sinks, scale, window, start)[:, : ref.shape[1]]
+    torch.testing.assert_close(got, ref, atol=5e-2, rtol=1e-2)
+    tflops = dict.fromkeys(calls, 0.0)
+    with torch.no_grad():
+        for _ in range(rounds):
+            for name, call in calls.items():
+                ms = bench(call)
+                tflops[name] = max(tflops[name], flops / (ms * 1e-3) / 1e12)
+    names = list(peers)
+    cells = " | ".join(f"{tflops[n]:.1f}" if n in tflops else "-" for n in names)
+    best = max((tflops[n] for n in names if n in tflops), default=0.0)
+    ratio = f"{tflops['ours'] / best:.2f}x" if best else "-"
+    return f"| {b}, {s_q}, {s_kv}, {h_kv} x {group}, {d}, {window or '-'} | {cells} | {tflops['ours']:.1f} | {ratio} |"
 
 if __name__ == "__main__":
     main()

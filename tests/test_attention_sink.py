@@ -103,7 +103,7 @@ def test_bad_input_is_a_clear_exception_on_cpu(call_, exc, fragment) -> None:  #
 def test_every_config_is_one_the_library_takes(lib, batch: int, s_q: int, s_kv: int, group: int, d: int, window: int) -> None:  # type: ignore[no-untyped-def]
     for config in [at.attention_sink_config(batch, s_q, s_kv, 8, group, d, window, 132), *at.attention_sink_candidates(batch, s_q, s_kv, 8, group, d, window, 132)]:
         rows = config.block_q * config.heads_per_tile
-        assert 16 <= rows <= 256 and 16 <= config.block_n <= 256, config
+        assert (32 if d >= 128 else 16) <= rows <= 256 and 16 <= config.block_n <= 256, config
         assert config.block_q & (config.block_q - 1) == 0 and group % config.heads_per_tile == 0, config
         assert 1 <= config.splits <= 1024 and config.occupancy <= lib.CUTILE_MAX_OCCUPANCY, config
     chosen = at.attention_sink_config(batch, s_q, s_kv, 8, group, d, window, 132)

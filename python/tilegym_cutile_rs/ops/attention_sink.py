@@ -52,6 +52,11 @@ def _heads_per_tile(group: int) -> int:
     return min(group & -group, MAX_HEADS_PER_TILE)
 
 
+def _min_rows(head_dim: int) -> int:
+    """Rows a CTA takes at least: 16, and 32 from head dim 128 up (the library says why)."""
+    return 32 if head_dim >= 128 else 16
+
+
 def _key_tiles(s_q: int, s_kv: int, window: int, block_q: int, block_n: int) -> int:
     """Key tiles one query block visits at most (causal: up to its last row; window: from its first)."""
     span = min(s_kv, window + block_q) if window else s_kv
@@ -63,7 +68,7 @@ def attention_sink_config(
 ) -> AttentionSinkConfig:
     """The heuristic's config for a call (`window` 0: none) on a GPU of `sms` SMs."""
     gt = _heads_per_tile(group)
-    block_q = max(16 // gt, min(ROWS // gt, _next_pow2(s_q)), 1)
+    block_q = max(_min_rows(head_dim) // gt, min(ROWS // gt, _next_pow2(s_q)), 1)
     ctas = batch * -(-s_q // block_q) * kv_heads * (group // gt)
     tiles = _key_tiles(s_q, s_kv, window, block_q, KEYS)
     splits = 1
@@ -81,7 +86,7 @@ def attention_sink_candidates(
     configs = {base}
     for rows in (16, 32, 64, 128):
         block_q = max(1, rows // gt)
-        if block_q * gt < 16 or block_q > max(1, _next_pow2(s_q)) * 2:
+        if block_q * gt < _min_rows(head_dim) or block_q > max(1, _next_pow2(s_q)) * 2:
             continue
         for block_n in (32, 64, 128):
             for splits in sorted({1, base.splits, max(1, base.splits // 2), base.splits * 2}):

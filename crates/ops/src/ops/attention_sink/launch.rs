@@ -39,6 +39,10 @@ pub struct Config {
 /// Rows of a CTA (`block_q * heads_per_tile`) and keys of a tile: the tensor cores'
 /// smallest useful tile up to what one CTA's registers hold.
 const MIN_ROWS: i32 = 16;
+/// Rows of a CTA at least, from head dim 128 up: 16-row tiles of head dim 128 faulted with
+/// a misaligned address on the H200 (their SASS alone stores through STSM.16.M88.4;
+/// docs/benchmarks.md, "attention_sink").
+const MIN_ROWS_WIDE_HEADS: i32 = 32;
 const MAX_ROWS: i32 = 256;
 /// Splits of one query block's keys at most (the partials' memory grows with them).
 pub const MAX_SPLITS: i32 = 1024;
@@ -126,9 +130,10 @@ fn check(views: &Views, config: Config, window: i32, scale: f32) -> OpResult<(Di
     check_block("block_q", config.block_q)?;
     check_block("block_n", config.block_n)?;
     let rows = i64::from(config.block_q) * i64::from(gt);
-    if !(i64::from(MIN_ROWS)..=i64::from(MAX_ROWS)).contains(&rows) || !(MIN_ROWS..=MAX_ROWS).contains(&config.block_n) {
+    let min_rows = if d >= 128 { MIN_ROWS_WIDE_HEADS } else { MIN_ROWS };
+    if !(i64::from(min_rows)..=i64::from(MAX_ROWS)).contains(&rows) || !(MIN_ROWS..=MAX_ROWS).contains(&config.block_n) {
         return Err(OpError::invalid(format!(
-            "block_q * heads_per_tile = {rows} and block_n = {} must each be in {MIN_ROWS}..={MAX_ROWS}",
+            "block_q * heads_per_tile = {rows} must be in {min_rows}..={MAX_ROWS} (head_dim {d}) and block_n = {} in {MIN_ROWS}..={MAX_ROWS}",
             config.block_n
         )));
     }
@@ -394,6 +399,11 @@ mod tests {
         refused(&views(), Config { heads_per_tile: 8, ..config() }, "dividing group");
         refused(&views(), Config { block_q: 2, heads_per_tile: 4, ..config() }, "block_q * heads_per_tile = 8");
         refused(&views(), Config { block_n: 512, ..config() }, "block_n = 512");
+        let wide = Views { q: view(DType::BF16, [2, 5, 8 * 128]), out: view(DType::BF16, [2, 5, 8 * 128]), ..views() };
+        let (k, v) = (view(DType::BF16, [2, 7, 2 * 128]), view(DType::BF16, [2, 7, 2 * 128]));
+        let wide = Views { k, v, ..wide };
+        refused(&wide, Config { head_dim: 128, ..config() }, "must be in 32..=256 (head_dim 128)");
+        assert!(check(&wide, Config { head_dim: 128, block_q: 8, ..config() }, 0, 0.18).is_ok());
         refused(&views(), Config { splits: 2, ..config() }, "partial buffers");
         refused(&views(), Config { splits: 0, ..config() }, "splits = 0");
         assert!(check(&views(), config(), -1, 0.18).unwrap_err().message.contains("window = -1"));
