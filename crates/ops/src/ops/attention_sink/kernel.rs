@@ -54,31 +54,10 @@ pub mod attention_sink_kernels {
         let lo: i32 = first_tile::<BQ, BN>(first, pid.1, window);
         let hi: i32 = end_tile::<BQ, BN>(first, pid.1, s_q, s_kv);
         let qt: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(q, pid.0, pid.1, pid.2);
-        let mut m: Tile<f32, { [BM, 1] }> = sink;
-        let mut l: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
-        let mut acc: Tile<f32, { [BM, D] }> = constant(0.0f32, shape![BM, D]);
-        let kv_head: i32 = pid.2 * GT / GROUP;
-        let kp: Partition<E, { [1, BN, D] }> = k.partition(shape![1, BN, D]);
-        let vp: Partition<E, { [1, BN, D] }> = v.partition(shape![1, BN, D]);
-        let positions: Tile<i32, { [BM, BN] }> = row_positions::<BQ, GT, BM, BN>(first, pid.1);
-        let cols: Tile<i32, { [BM, BN] }> = iota::<i32, { [BN] }>(shape![BN]).reshape(shape![1, BN]).broadcast(shape![BM, BN]);
-        let scale_t: Tile<f32, { [BM, BN] }> = broadcast_scalar(scale, shape![BM, BN]);
-        let last_row: i32 = min(pid.1 * BQ + BQ, s_q) - 1i32;
-        for j in lo..hi {
-            let kt: Tile<E, { [BN, D] }> = kp.load([pid.0, j, kv_head]).reshape(shape![BN, D]);
-            let s: Tile<f32, { [BM, BN] }> =
-                scores::<E, BM, D, BN>(qt, kt, scale_t, positions, cols, j * BN, first + pid.1 * BQ, first + last_row, s_kv, window);
-            let row_max: Tile<f32, { [BM] }> = reduce_max(s, 1i32);
-            let m_new: Tile<f32, { [BM, 1] }> = max_tile(m, row_max.reshape(shape![BM, 1]));
-            let p: Tile<f32, { [BM, BN] }> = exp2(s - m_new.broadcast(shape![BM, BN]), ftz::Enabled);
-            let alpha: Tile<f32, { [BM, 1] }> = exp2(m - m_new, ftz::Enabled);
-            let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1i32);
-            l = l * alpha + row_sum.reshape(shape![BM, 1]);
-            let vt: Tile<E, { [BN, D] }> = vp.load([pid.0, j, kv_head]).reshape(shape![BN, D]);
-            let pe: Tile<E, { [BM, BN] }> = convert_tile(p);
-            acc = mma(pe, vt, acc * alpha.broadcast(shape![BM, D]));
-            m = m_new;
-        }
+        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
+        let tile = [pid.0, pid.1, pid.2];
+        let (_, l, acc) =
+            attend::<E, BQ, GT, BM, D, BN, GROUP>(qt, k, v, tile, first, s_q, s_kv, [lo, hi], scale, window, sink, one);
         let result: Tile<f32, { [BM, D] }> = true_div(acc, l.broadcast(shape![BM, D]));
         let result: Tile<E, { [1, BQ, GD] }> = convert_tile(result.reshape(shape![1, BQ, GD]));
         let mut op = out.partition_mut(shape![1, BQ, GD]);
@@ -127,31 +106,10 @@ pub mod attention_sink_kernels {
         let lo: i32 = lo_all + split * share;
         let hi: i32 = min(lo + share, hi_all);
         let qt: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(q, batch, pid.1, pid.2);
-        let mut m: Tile<f32, { [BM, 1] }> = sink;
-        let mut l: Tile<f32, { [BM, 1] }> = constant(0.0f32, shape![BM, 1]);
-        let mut acc: Tile<f32, { [BM, D] }> = constant(0.0f32, shape![BM, D]);
-        let kv_head: i32 = pid.2 * GT / GROUP;
-        let kp: Partition<E, { [1, BN, D] }> = k.partition(shape![1, BN, D]);
-        let vp: Partition<E, { [1, BN, D] }> = v.partition(shape![1, BN, D]);
-        let positions: Tile<i32, { [BM, BN] }> = row_positions::<BQ, GT, BM, BN>(first, pid.1);
-        let cols: Tile<i32, { [BM, BN] }> = iota::<i32, { [BN] }>(shape![BN]).reshape(shape![1, BN]).broadcast(shape![BM, BN]);
-        let scale_t: Tile<f32, { [BM, BN] }> = broadcast_scalar(scale, shape![BM, BN]);
-        let last_row: i32 = min(pid.1 * BQ + BQ, s_q) - 1i32;
-        for j in lo..hi {
-            let kt: Tile<E, { [BN, D] }> = kp.load([batch, j, kv_head]).reshape(shape![BN, D]);
-            let s: Tile<f32, { [BM, BN] }> =
-                scores::<E, BM, D, BN>(qt, kt, scale_t, positions, cols, j * BN, first + pid.1 * BQ, first + last_row, s_kv, window);
-            let row_max: Tile<f32, { [BM] }> = reduce_max(s, 1i32);
-            let m_new: Tile<f32, { [BM, 1] }> = max_tile(m, row_max.reshape(shape![BM, 1]));
-            let p: Tile<f32, { [BM, BN] }> = exp2(s - m_new.broadcast(shape![BM, BN]), ftz::Enabled);
-            let alpha: Tile<f32, { [BM, 1] }> = exp2(m - m_new, ftz::Enabled);
-            let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1i32);
-            l = l * alpha + row_sum.reshape(shape![BM, 1]);
-            let vt: Tile<E, { [BN, D] }> = vp.load([batch, j, kv_head]).reshape(shape![BN, D]);
-            let pe: Tile<E, { [BM, BN] }> = convert_tile(p);
-            acc = mma(pe, vt, acc * alpha.broadcast(shape![BM, D]));
-            m = m_new;
-        }
+        let zero: Tile<f32, { [BM, 1] }> = constant(0.0f32, shape![BM, 1]);
+        let tile = [batch, pid.1, pid.2];
+        let (m, l, acc) =
+            attend::<E, BQ, GT, BM, D, BN, GROUP>(qt, k, v, tile, first, s_q, s_kv, [lo, hi], scale, window, sink, zero);
         let acc_tile: Tile<f32, { [1, BQ, GD] }> = acc.reshape(shape![1, BQ, GD]);
         let mut ap = acc_out.partition_mut(shape![1, BQ, GD]);
         // SAFETY: acc_out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
@@ -207,6 +165,53 @@ pub mod attention_sink_kernels {
         let mut op = out.partition_mut(shape![1, BQ, GD]);
         // SAFETY: out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
         unsafe { store_view_tko_mut(&mut op, result, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+    }
+
+    /// The online softmax of query tile `qt` (its `[batch, block, heads]` indices) over
+    /// the KV tiles `keys` = [lo, hi), from running max `m0` and sum `l0`: returns the
+    /// running max, sum and unnormalised accumulator after the last tile.
+    fn attend<E: ElementType, const BQ: i32, const GT: i32, const BM: i32, const D: i32, const BN: i32, const GROUP: i32>(
+        qt: Tile<E, { [BM, D] }>,
+        k: &Tensor<E, { [-1, -1, -1] }>,
+        v: &Tensor<E, { [-1, -1, -1] }>,
+        tile: [i32; 3],
+        first: i32,
+        s_q: i32,
+        s_kv: i32,
+        keys: [i32; 2],
+        scale: f32,
+        window: i32,
+        m0: Tile<f32, { [BM, 1] }>,
+        l0: Tile<f32, { [BM, 1] }>,
+    ) -> (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, D] }>) {
+        let [batch, block, heads] = tile;
+        let [lo, hi] = keys;
+        let mut m: Tile<f32, { [BM, 1] }> = m0;
+        let mut l: Tile<f32, { [BM, 1] }> = l0;
+        let mut acc: Tile<f32, { [BM, D] }> = constant(0.0f32, shape![BM, D]);
+        let kv_head: i32 = heads * GT / GROUP;
+        let kp: Partition<E, { [1, BN, D] }> = k.partition(shape![1, BN, D]);
+        let vp: Partition<E, { [1, BN, D] }> = v.partition(shape![1, BN, D]);
+        let positions: Tile<i32, { [BM, BN] }> = row_positions::<BQ, GT, BM, BN>(first, block);
+        let cols: Tile<i32, { [BM, BN] }> = iota::<i32, { [BN] }>(shape![BN]).reshape(shape![1, BN]).broadcast(shape![BM, BN]);
+        let scale_tile: Tile<f32, { [BM, BN] }> = broadcast_scalar(scale, shape![BM, BN]);
+        let last_row: i32 = min(block * BQ + BQ, s_q) - 1i32;
+        for j in lo..hi {
+            let kt: Tile<E, { [BN, D] }> = kp.load([batch, j, kv_head]).reshape(shape![BN, D]);
+            let s: Tile<f32, { [BM, BN] }> =
+                scores::<E, BM, D, BN>(qt, kt, scale_tile, positions, cols, j * BN, first + block * BQ, first + last_row, s_kv, window);
+            let row_max: Tile<f32, { [BM] }> = reduce_max(s, 1i32);
+            let m_new: Tile<f32, { [BM, 1] }> = max_tile(m, row_max.reshape(shape![BM, 1]));
+            let p: Tile<f32, { [BM, BN] }> = exp2(s - m_new.broadcast(shape![BM, BN]), ftz::Enabled);
+            let alpha: Tile<f32, { [BM, 1] }> = exp2(m - m_new, ftz::Enabled);
+            let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1i32);
+            l = l * alpha + row_sum.reshape(shape![BM, 1]);
+            let vt: Tile<E, { [BN, D] }> = vp.load([batch, j, kv_head]).reshape(shape![BN, D]);
+            let pe: Tile<E, { [BM, BN] }> = convert_tile(p);
+            acc = mma(pe, vt, acc * alpha.broadcast(shape![BM, D]));
+            m = m_new;
+        }
+        (m, l, acc)
     }
 
     /// Scaled scores of the q rows against KV tile `kt` (keys from `key0`), -inf where a
