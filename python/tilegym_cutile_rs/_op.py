@@ -34,6 +34,11 @@ def _make(config_type: type[ConfigT], values: Sequence[int]) -> ConfigT:
     return made
 
 
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1): tile edges and shape classes."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
 def device_index(t: torch.Tensor) -> int:
     """The CUDA device index of `t` (a CUDA tensor's device always has one)."""
     return t.get_device()

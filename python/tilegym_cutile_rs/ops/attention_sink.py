@@ -43,10 +43,6 @@ MIN_TILES_PER_SPLIT = 4
 MAX_HEADS_PER_TILE = 16
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def _heads_per_tile(group: int) -> int:
     """The largest power of two dividing `group`, at most MAX_HEADS_PER_TILE."""
     return min(group & -group, MAX_HEADS_PER_TILE)
@@ -68,7 +64,7 @@ def attention_sink_config(
 ) -> AttentionSinkConfig:
     """The heuristic's config for a call (`window` 0: none) on a GPU of `sms` SMs."""
     gt = _heads_per_tile(group)
-    block_q = max(_min_rows(head_dim) // gt, min(ROWS // gt, _next_pow2(s_q)), 1)
+    block_q = max(_min_rows(head_dim) // gt, min(ROWS // gt, _op.next_pow2(s_q)), 1)
     ctas = batch * -(-s_q // block_q) * kv_heads * (group // gt)
     tiles = _key_tiles(s_q, s_kv, window, block_q, KEYS)
     splits = 1
@@ -86,7 +82,7 @@ def attention_sink_candidates(
     configs = {base}
     for rows in (16, 32, 64, 128):
         block_q = max(1, rows // gt)
-        if block_q * gt < _min_rows(head_dim) or block_q > max(1, _next_pow2(s_q)) * 2:
+        if block_q * gt < _min_rows(head_dim) or block_q > max(1, _op.next_pow2(s_q)) * 2:
             continue
         for block_n in (32, 64, 128):
             for splits in sorted({1, base.splits, max(1, base.splits // 2), base.splits * 2}):
@@ -233,8 +229,8 @@ def _choose(
 
     return chooser.choose(
         problem,
-        lambda: f"attention_sink|{_device.name(index)}|{q3.dtype}|d={d}|g={group}|w={window}|b*hkv~{_next_pow2(b * h_kv)}"
-        f"|sq~{_next_pow2(s_q)}|skv~{_next_pow2(s_kv)}",
+        lambda: f"attention_sink|{_device.name(index)}|{q3.dtype}|d={d}|g={group}|w={window}|b*hkv~{_op.next_pow2(b * h_kv)}"
+        f"|sq~{_op.next_pow2(s_q)}|skv~{_op.next_pow2(s_kv)}",
         lambda: attention_sink_config(b, s_q, s_kv, h_kv, group, d, window, sms),
         lambda: attention_sink_candidates(b, s_q, s_kv, h_kv, group, d, window, sms),
         tuner,

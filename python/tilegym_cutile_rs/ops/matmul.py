@@ -46,13 +46,9 @@ MIN_BLOCK = 16
 GROUP_M = 8
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def _fit(block: int, extent: int) -> int:
     """A tile edge cut down to the problem's extent, never below MIN_BLOCK."""
-    return min(block, max(MIN_BLOCK, _next_pow2(extent)))
+    return min(block, max(MIN_BLOCK, _op.next_pow2(extent)))
 
 
 def matmul_config(m: int, n: int, k: int, dtype: torch.dtype, arch: str = "sm_90") -> MatmulConfig:
@@ -134,7 +130,7 @@ def _product(
         chosen = chooser.choose(
             (index, a3.dtype, _tf32(a3.dtype), batch, m, n, k, layout),
             lambda: f"matmul|{_device.name(index)}|{a3.dtype}|tf32={_tf32(a3.dtype)}|{layout}"
-            f"|m~{_next_pow2(m)}|n~{_next_pow2(n)}|k~{_next_pow2(k)}|b~{min(_next_pow2(batch), 1024)}",
+            f"|m~{_op.next_pow2(m)}|n~{_op.next_pow2(n)}|k~{_op.next_pow2(k)}|b~{min(_op.next_pow2(batch), 1024)}",
             lambda: matmul_config(m, n, k, a3.dtype, arch),
             lambda: matmul_candidates(m, n, k, a3.dtype, arch),
             tuner,

@@ -33,23 +33,19 @@ TILE_ELEMENTS = 4096
 MAX_BLOCK_N = 1024
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def swiglu_config(m: int, h: int, dtype: torch.dtype) -> SwigluConfig:
     """The heuristic's config for `[m, h]` operands of `dtype` (forward and backward)."""
-    block_n = min(_next_pow2(h), MAX_BLOCK_N)
-    return SwigluConfig(min(max(1, TILE_ELEMENTS // block_n), _next_pow2(m)), block_n)
+    block_n = min(_op.next_pow2(h), MAX_BLOCK_N)
+    return SwigluConfig(min(max(1, TILE_ELEMENTS // block_n), _op.next_pow2(m)), block_n)
 
 
 def swiglu_candidates(m: int, h: int, dtype: torch.dtype) -> list[SwigluConfig]:
     """The autotuner's search space: tile widths and sizes, occupancy, worker warps."""
     configs = {swiglu_config(m, h, dtype)}
     for block_n in (256, 512, 1024, 2048):
-        if block_n <= max(_next_pow2(h), 256):
+        if block_n <= max(_op.next_pow2(h), 256):
             for elements in (2048, 4096, 8192, 16384):
-                block_m = min(max(1, elements // block_n), _next_pow2(m))
+                block_m = min(max(1, elements // block_n), _op.next_pow2(m))
                 configs.update(SwigluConfig(block_m, block_n, occ, warps) for occ in (0, 2, 4) for warps in (0, 4, 8))
     return sorted(configs)
 
@@ -80,7 +76,7 @@ def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool) -> Swiglu
 
     return chooser.choose(
         (index, a2.dtype, m, h),
-        lambda: f"swiglu|{_device.name(index)}|{a2.dtype}|h<={_next_pow2(h)}|m~{min(_next_pow2(m), 1 << 20)}",
+        lambda: f"swiglu|{_device.name(index)}|{a2.dtype}|h<={_op.next_pow2(h)}|m~{min(_op.next_pow2(m), 1 << 20)}",
         lambda: swiglu_config(m, h, a2.dtype),
         lambda: swiglu_candidates(m, h, a2.dtype),
         tuner,

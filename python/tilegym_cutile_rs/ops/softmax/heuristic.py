@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, NamedTuple
 
 from ... import _library
+from ..._op import next_pow2
 
 if TYPE_CHECKING:
     import torch
@@ -101,10 +102,6 @@ MIN_CTAS = 256
 MAX_TILE_ELEMENTS = 32768
 # Worker warps per CTA the autotuner tries: tileiras' choice, or 8.
 WARPS = (0, 8)
-
-
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def row_family(dtype: torch.dtype, m: int, n: int, row_stride: int | None = None) -> int:
