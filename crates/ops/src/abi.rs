@@ -107,6 +107,21 @@ pub struct CheckedTensor {
     pub strides: Vec<i32>,
 }
 
+impl CheckedTensor {
+    /// Whether the tensor is row-major with no gaps: each dim of more than one element
+    /// strides by the product of the sizes after it (dims of size 0 or 1 take any stride).
+    pub fn is_contiguous(&self) -> bool {
+        let mut expected = 1i64;
+        for (&size, &stride) in self.shape.iter().zip(&self.strides).rev() {
+            if size > 1 && i64::from(stride) != expected {
+                return false;
+            }
+            expected *= i64::from(size);
+        }
+        true
+    }
+}
+
 /// Reads and validates a descriptor pointer from C.
 ///
 /// # Safety
@@ -193,6 +208,21 @@ mod tests {
         assert!(last().ends_with("static"));
         assert_eq!(ffi_guard(|| Ok(())), CUTILE_OK);
         assert_eq!(last(), "");
+    }
+
+    #[test]
+    fn contiguity_ignores_the_strides_of_dims_of_one_element() {
+        let t = |shape: &[i32], strides: &[i32]| CheckedTensor {
+            ptr: 0x1000,
+            dtype: DType::F16,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+        };
+        assert!(t(&[2, 3, 4], &[12, 4, 1]).is_contiguous());
+        assert!(t(&[1, 3, 1], &[99, 1, 7]).is_contiguous());
+        assert!(t(&[0, 3], &[5, 1]).is_contiguous());
+        assert!(!t(&[2, 3, 4], &[16, 4, 1]).is_contiguous());
+        assert!(!t(&[2, 3], &[1, 2]).is_contiguous());
     }
 
     #[test]

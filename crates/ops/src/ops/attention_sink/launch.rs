@@ -56,17 +56,6 @@ struct Dims {
     heads: i32,
 }
 
-fn contiguous(t: &CheckedTensor) -> bool {
-    let mut expected = 1i64;
-    for (&size, &stride) in t.shape.iter().zip(&t.strides).rev() {
-        if size > 1 && i64::from(stride) != expected {
-            return false;
-        }
-        expected *= i64::from(size);
-    }
-    true
-}
-
 fn check(views: &Views, config: Config, window: i32, scale: f32) -> OpResult<(Dims, Hints)> {
     let Views { out, q, k, v, sinks, start_q, partials } = views;
     if !matches!(q.dtype, DType::F16 | DType::BF16) {
@@ -104,7 +93,7 @@ fn check(views: &Views, config: Config, window: i32, scale: f32) -> OpResult<(Di
             q.shape[2], config.group
         )));
     }
-    if out.shape != q.shape || !contiguous(out) {
+    if out.shape != q.shape || !out.is_contiguous() {
         return Err(OpError::invalid(format!("out must be a contiguous {:?} view, got {:?} strides {:?}", q.shape, out.shape, out.strides)));
     }
     let heads = heads as i32; // q's last dim fits i32, so does heads
@@ -150,7 +139,7 @@ fn check(views: &Views, config: Config, window: i32, scale: f32) -> OpResult<(Di
         let want_ml = [rows, i64::from(dims.s_q), 2 * i64::from(heads)];
         let shape = |t: &CheckedTensor| t.shape.iter().map(|&s| i64::from(s)).collect::<Vec<_>>();
         for (name, t, want) in [("acc", acc, want_acc), ("ml", ml, want_ml)] {
-            if t.dtype != DType::F32 || shape(t) != want || !contiguous(t) {
+            if t.dtype != DType::F32 || shape(t) != want || !t.is_contiguous() {
                 return Err(OpError::invalid(format!(
                     "{name} must be a contiguous float32 {want:?} buffer, got {:?} {:?} strides {:?}",
                     t.dtype, t.shape, t.strides

@@ -43,8 +43,7 @@ fn check_views(c: &CheckedTensor, a: &CheckedTensor, b: &CheckedTensor, tf32: bo
     if c.shape != [batch, m, n] {
         return Err(OpError::invalid(format!("c shape {:?} must be [{batch}, {m}, {n}]", c.shape)));
     }
-    let contiguous = (n <= 1 || c.strides[2] == 1) && (m <= 1 || c.strides[1] == n) && (batch <= 1 || c.strides[0] == m * n);
-    if !contiguous {
+    if !c.is_contiguous() {
         return Err(OpError::invalid(format!("c must be contiguous, got strides {:?}", c.strides)));
     }
     for (name, t) in [("a", a), ("b", b)] {

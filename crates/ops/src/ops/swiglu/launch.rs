@@ -49,7 +49,7 @@ pub fn forward(
     stream: u64,
 ) -> OpResult<()> {
     let (m, h, dtype) = check_inputs(&["y", "a", "b"], &[y, a, b])?;
-    if m > 1 && y.strides[0] != h || h > 1 && y.strides[1] != 1 {
+    if !y.is_contiguous() {
         return Err(OpError::invalid(format!("y must be contiguous (strides [{h}, 1]), got {:?}", y.strides)));
     }
     let hints = check_config(block_m, block_n, occupancy, warps)?;
