@@ -31,6 +31,8 @@ pub const CUTILE_ERR_INVALID_ARGUMENT: i32 = -6;
 pub const CUTILE_ERR_PANIC: i32 = -7;
 /// The Tile IR toolchain (tileiras, ptxas, libNVVM) failed to compile a kernel.
 pub const CUTILE_ERR_COMPILE_FAILED: i32 = -8;
+/// A kernel variant is not among the shipped kernels and no toolchain is installed to compile it.
+pub const CUTILE_ERR_NO_TOOLCHAIN: i32 = -9;
 
 // The constants are plain literals: cffi's cdef takes `#define NAME NUMBER` only.
 
@@ -83,6 +85,11 @@ pub struct CacheStats {
     pub warm_starts: u64,
     /// Launches replayed straight to the driver, past cutile's launcher (`crate::replay`).
     pub replays: u64,
+    /// Kernels loaded from the shipped kernels (`crate::shipped`), with no lowering or tileiras.
+    pub shipped: u64,
+    /// First launches whose spec, derived as the shipped-kernel build derives it, named
+    /// another kernel than cutile resolved (a bug: such launches cannot find their shipped kernel).
+    pub spec_mismatches: u64,
 }
 
 /// The message of the last failed call on this thread ("" after a success).
@@ -131,9 +138,94 @@ pub unsafe extern "C" fn cutile_cache_stats(out: *mut CacheStats) -> i32 {
         let stats = CacheStats {
             warm_starts: crate::warm_start::warm_starts(),
             replays: crate::replay::replays(),
+            shipped: crate::shipped::hits(),
+            spec_mismatches: crate::shipped::mismatches(),
             ..crate::cache::stats()
         };
         unsafe { out.write(stats) };
+        Ok(())
+    })
+}
+
+/// Reads shipped kernels from `dir` (`<dir>/<gpu_name>/<identity>`; "" reads none).
+/// `jit` (non-zero) says whether a Tile IR toolchain is installed: without one, a kernel that is
+/// not shipped fails with CUTILE_ERR_NO_TOOLCHAIN instead of running tileiras.
+///
+/// # Safety
+/// `dir` must be null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn cutile_shipped_enable(dir: *const c_char, jit: i32) -> i32 {
+    ffi_guard(|| {
+        crate::shipped::enable(unsafe { c_str(dir, "dir") }?, jit != 0);
+        Ok(())
+    })
+}
+
+/// Starts describe mode on the calling thread, for the wheel build: until
+/// `cutile_describe_end`, an op's export checks its arguments and chooses its kernels
+/// as for a launch on a `gpu_name` GPU, but records each launch instead of making it
+/// (descriptors need no device memory; nothing touches a GPU).
+///
+/// # Safety
+/// `gpu_name` must be null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn cutile_describe_begin(gpu_name: *const c_char) -> i32 {
+    ffi_guard(|| {
+        crate::shipped::describe_begin(unsafe { c_str(gpu_name, "gpu_name") }?);
+        Ok(())
+    })
+}
+
+/// Ends describe mode on the calling thread; `*described` gets how many launches it described.
+///
+/// # Safety
+/// `described` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cutile_describe_end(described: *mut i32) -> i32 {
+    ffi_guard(|| {
+        let n = crate::shipped::describe_end();
+        if !described.is_null() {
+            unsafe { described.write(i32::try_from(n).unwrap_or(i32::MAX)) };
+        }
+        Ok(())
+    })
+}
+
+/// Compiles every launch described so far (once per architecture and kernel
+/// variant) with `jobs` threads, through the tileiras in CUTILE_TILEIRAS_PATH, and
+/// writes the shipped entries under `out_dir/<gpu_name>/`; `*written` gets their number.
+///
+/// # Safety
+/// `out_dir` must be null or a NUL-terminated string; `written` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cutile_shipped_build(out_dir: *const c_char, jobs: i32, written: *mut i32) -> i32 {
+    ffi_guard(|| {
+        if written.is_null() {
+            return Err(OpError::new(CUTILE_ERR_INVALID_ARGUMENT, "written is null"));
+        }
+        let n = crate::shipped::build(unsafe { c_str(out_dir, "out_dir") }?, usize::try_from(jobs).unwrap_or(1))?;
+        unsafe { written.write(i32::try_from(n).unwrap_or(i32::MAX)) };
+        Ok(())
+    })
+}
+
+/// Takes every launch described so far off the pending list and says, without
+/// launching, how many of them (`*described`) find a valid shipped entry (`*found`) in
+/// the directory `cutile_shipped_enable` named.
+///
+/// # Safety
+/// `found` and `described` must be null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cutile_shipped_resolve(found: *mut i32, described: *mut i32) -> i32 {
+    ffi_guard(|| {
+        if found.is_null() || described.is_null() {
+            return Err(OpError::new(CUTILE_ERR_INVALID_ARGUMENT, "found or described is null"));
+        }
+        let (hits, total) = crate::shipped::resolve();
+        unsafe {
+            found.write(i32::try_from(hits).unwrap_or(i32::MAX));
+            described.write(i32::try_from(total).unwrap_or(i32::MAX));
+        }
         Ok(())
     })
 }

@@ -12,6 +12,7 @@
 use crate::abi::{CheckedTensor, OpError, OpResult};
 use crate::ffi::{CUTILE_MAX_BLOCK, CUTILE_MAX_CTAS_IN_CGA, CUTILE_MAX_OCCUPANCY, CUTILE_MAX_WORKER_WARPS};
 use crate::replay::{self, Args, Value};
+use crate::shipped::{self, KernelSpec};
 use crate::{runtime, warm_start};
 use cuda_core::{Context, Stream};
 use cutile::cuda_async::error::DeviceError;
@@ -131,16 +132,23 @@ impl Key {
 /// waiting for it. `values` are the launch's data pointers and the scalars its key
 /// does not pin, indexed as the op's replay `Args` name them. A launch equal to one
 /// recorded before (same key) is replayed; otherwise `first` launches it through
-/// cutile with the [`FirstLaunch`] it is given.
+/// cutile with the [`FirstLaunch`] it is given, which carries `spec()`: the launch's
+/// kernel, generics, options and arguments, the one place the op spells them
+/// (its launcher takes generics and options from it). In describe mode
+/// ([`crate::shipped`]) the spec is recorded and nothing touches the GPU.
 pub fn enqueue(
     op: &'static str,
-    kernel: &'static str,
     key: Key,
     device: i32,
     stream: u64,
     values: &[Value],
+    spec: impl FnOnce() -> KernelSpec,
     first: impl FnOnce(&FirstLaunch) -> OpResult<()>,
 ) -> OpResult<()> {
+    if shipped::describing() {
+        shipped::describe(spec());
+        return Ok(());
+    }
     let ctx = runtime::context(device)?;
     if let Some(replay) = replay::get(&key.0) {
         // SAFETY: the op checked its views against the extents the key records; the
@@ -148,7 +156,7 @@ pub fn enqueue(
         return unsafe { replay.launch(stream, values) }.map_err(|e| runtime::launch_error(op, DeviceError::Driver(e)));
     }
     let stream = runtime::borrow_stream(&ctx, stream);
-    first(&FirstLaunch { ctx, stream, op, kernel, key })
+    first(&FirstLaunch { ctx, stream, op, key, spec: spec() })
 }
 
 /// A launch that was not recorded yet, for the op to make through cutile.
@@ -158,11 +166,16 @@ pub struct FirstLaunch {
     /// The caller's stream, borrowed.
     pub stream: Arc<Stream>,
     op: &'static str,
-    kernel: &'static str,
     key: Key,
+    spec: KernelSpec,
 }
 
 impl FirstLaunch {
+    /// The launch's spec: its launcher takes generics and compile options from it.
+    pub fn spec(&self) -> &KernelSpec {
+        &self.spec
+    }
+
     /// `t` as a cutile tensor of element type `T` in this launch's context, borrowed.
     ///
     /// # Safety
@@ -189,8 +202,8 @@ impl FirstLaunch {
         run: impl FnOnce() -> Result<(), DeviceError>,
         replay: impl FnOnce() -> OpResult<Option<((u32, u32, u32), Args)>>,
     ) -> OpResult<()> {
-        let resolved = warm_start::launch(&self.ctx, &self.stream, self.key.signature(), self.kernel, resolve, run)
-            .map_err(|e| runtime::launch_error(self.op, e))?;
+        let resolved =
+            warm_start::launch(&self.ctx, &self.stream, self.op, self.key.signature(), &self.spec, resolve, run)?;
         if let Some(cutile_key) = resolved {
             if let Some((grid, args)) = replay()? {
                 replay::record(&self.key.0, &cutile_key, grid, args);

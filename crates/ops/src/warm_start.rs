@@ -19,8 +19,15 @@
 //! are not indexed (their cubin depends on files the key does not pin). Anything unexpected (no cache installed, a CUDA-graph capture in
 //! progress, an unreadable or mismatched entry, a cubin the driver rejects)
 //! falls back to cutile's normal path: the index can only save time.
+//!
+//! A first launch looks in this order: cutile's in-memory slot, this index in
+//! the user's cache, the kernels shipped in the wheel ([`crate::shipped`]), and
+//! then tileiras, unless Python found no toolchain, when the launch fails with
+//! an error that names the kernel, the architecture and the fix.
 
-use crate::cache;
+use crate::abi::OpResult;
+use crate::shipped::{self, KernelSpec};
+use crate::{cache, runtime};
 use cuda_core::{Context, Stream};
 use cutile::cuda_async::device_context::{
     load_module_from_bytes, CompiledKernel, PointerParamType, ScalarParamType, TensorParamType, ValidParamType,
@@ -80,44 +87,57 @@ fn capturing(stream: &Stream) -> bool {
     rc != sys::cudaError_enum_CUDA_SUCCESS || status != sys::CUstreamCaptureStatus_enum_CU_STREAM_CAPTURE_STATUS_NONE
 }
 
-/// Launches through cutile, first loading the kernel from the index when this
-/// launch signature is new to the process, and indexing it after a compile.
+/// Launches through cutile, first loading the kernel from the user's index or
+/// the shipped kernels when this launch signature is new to the process, and
+/// indexing it after a compile.
 ///
-/// `signature` hashes every launch input cutile can specialize on; `kernel` is
-/// the kernel's name in its module; `resolve` yields the launch's cutile key on the
-/// given stream without compiling; `launch` performs the real launch.
-/// Returns the cutile key when it was resolved: at a signature's first launch
-/// outside a CUDA-graph capture (resolving synchronizes a stream, which a
+/// `signature` hashes every launch input cutile can specialize on; `spec` is the
+/// launch as the shipped-kernel build derives it; `resolve` yields the launch's
+/// cutile key on the given stream without compiling; `launch` performs the real
+/// launch. Returns the cutile key when it was resolved: at a signature's first
+/// launch outside a CUDA-graph capture (resolving synchronizes a stream, which a
 /// capture forbids), for the op to record the launch for [`crate::replay`].
 pub fn launch(
     ctx: &Arc<Context>,
     stream: &Stream,
+    op: &str,
     signature: u64,
-    kernel: &str,
+    spec: &KernelSpec,
     resolve: impl FnOnce(&Arc<Stream>) -> Result<TileFunctionKey, DeviceError>,
     launch: impl FnOnce() -> Result<(), DeviceError>,
-) -> Result<Option<TileFunctionKey>, DeviceError> {
+) -> OpResult<Option<TileFunctionKey>> {
+    let failed = |e| runtime::launch_error(op, e);
     if capturing(stream) || !first_sight(signature) {
-        return launch().map(|()| None);
+        return launch().map(|()| None).map_err(failed);
     }
     let Ok(key) = private_stream(ctx).and_then(|s| resolve(&s)) else {
-        return launch().map(|()| None);
+        return launch().map(|()| None).map_err(failed);
     };
-    if !cache::installed() || contains_cuda_function(&key) {
-        return launch().map(|()| Some(key));
-    }
     let device = ctx.ordinal();
-    let index = IndexKey::new(&key, device);
-    if let Some(bytes) = cache::get_index(&index.store_key) {
-        if install(&key, device, &index, &bytes).is_some() {
+    let gpu_name = get_gpu_name(device);
+    let index = cache::installed().then(|| IndexKey::new(&key, device));
+    let loaded = contains_cuda_function(&key) || {
+        shipped::compare(spec, &key, &gpu_name);
+        let from_index = index.as_ref().and_then(|index| {
+            let bytes = cache::get_index(&index.store_key)?;
+            install(&key, device, index, &bytes)
+        });
+        if from_index.is_some() {
             WARM_STARTS.fetch_add(1, Ordering::Relaxed);
         }
-        return launch().map(|()| Some(key));
+        from_index.is_some()
+            || shipped::lookup(&key, &gpu_name).is_some_and(|p| install_payload(&key, device, &p).is_some())
+    };
+    if !loaded && !shipped::jit_available() {
+        return Err(shipped::no_toolchain(op, spec, &gpu_name));
     }
+    let Some(index) = index.filter(|_| !loaded) else {
+        return launch().map(|()| Some(key)).map_err(failed);
+    };
     let (result, captured) = cache::capture_entry(launch);
-    result?;
+    result.map_err(failed)?;
     if let Some(cubin) = captured.as_deref().and_then(cubin_of_entry) {
-        record(&key, &index, &KernelNaming::new(kernel).entry_name(), &cubin);
+        record(&key, &index, &KernelNaming::new(key.function_name()).entry_name(), &cubin);
     }
     Ok(Some(key))
 }
@@ -169,8 +189,16 @@ fn record(key: &TileFunctionKey, index: &IndexKey, entry: &str, cubin: &[u8]) {
     if *links_tile_libraries {
         return;
     }
+    if let Some(bytes) = encode_entry(&index.params(), &payload(entry, &kernel.validator, cubin)) {
+        cache::put_index(&index.store_key, &bytes);
+    }
+}
+
+/// An index entry's payload: the entry symbol, the validator's parameters and
+/// launch checks as text, a blank line, then the cubin (also the shipped format).
+pub(crate) fn payload(entry: &str, validator: &Validator, cubin: &[u8]) -> Vec<u8> {
     let mut payload = format!("{PAYLOAD_MAGIC}\nentry {entry}\n");
-    for p in &kernel.validator.params {
+    for p in &validator.params {
         payload.push_str(&match p {
             ValidParamType::Scalar(s) => format!("scalar {}\n", s.element_type),
             ValidParamType::Pointer(p) => format!("pointer {} {}\n", u8::from(p.mutable), p.element_type),
@@ -181,17 +209,19 @@ fn record(key: &TileFunctionKey, index: &IndexKey, entry: &str, cubin: &[u8]) {
             ),
         });
     }
-    payload.push_str(&encode_checks(&kernel.validator.launch_checks));
+    payload.push_str(&encode_checks(&validator.launch_checks));
     payload.push('\n');
     let mut payload = payload.into_bytes();
     payload.extend_from_slice(cubin);
-    if let Some(bytes) = encode_entry(&index.params(), &payload) {
-        cache::put_index(&index.store_key, &bytes);
-    }
+    payload
 }
 
 fn install(key: &TileFunctionKey, device: usize, index: &IndexKey, bytes: &[u8]) -> Option<()> {
-    let payload = decode_entry(bytes, &index.params())?;
+    install_payload(key, device, &decode_entry(bytes, &index.params())?)
+}
+
+/// Loads a [`payload`]'s cubin and puts the kernel into cutile's in-memory slot for `key`.
+fn install_payload(key: &TileFunctionKey, device: usize, payload: &[u8]) -> Option<()> {
     let split = payload.windows(2).position(|w| w == b"\n\n")?;
     let header = std::str::from_utf8(&payload[..split]).ok()?;
     let cubin = &payload[split + 2..];

@@ -6,6 +6,7 @@ use super::kernel::attention_sink_kernels;
 use crate::abi::{CheckedTensor, DType, IndexTensor, OpError, OpResult};
 use crate::launch::{self, check_block, FirstLaunch, Hints, Key};
 use crate::replay::{Args, Value};
+use crate::shipped::{KernelModule, KernelSpec};
 use cutile::cutile_compiler::specialization::DivHint;
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
@@ -172,20 +173,20 @@ pub fn attention_sink(views: &Views, scale: f32, window: i32, config: Config, de
         None => {
             let key = base("attention_sink").tensor(out);
             let values = [&[Value::Ptr(out.ptr)][..], &inputs, &[Value::F32(scale)]].concat();
-            launch::enqueue("attention_sink", "attention_sink", key, device, stream, &values, |first| {
+            launch::enqueue("attention_sink", key, device, stream, &values, || spec(&launch, Stage::OnePass), |first| {
                 dispatch(q.dtype, sinks.dtype, first, &launch, Stage::OnePass)
             })
         }
         Some((acc, ml)) => {
             let key = base("attention_sink_split").with(config.splits).tensor(acc).tensor(ml);
             let values = [&[Value::Ptr(acc.ptr), Value::Ptr(ml.ptr)][..], &inputs, &[Value::F32(scale)]].concat();
-            launch::enqueue("attention_sink", "attention_sink_split", key, device, stream, &values, |first| {
+            launch::enqueue("attention_sink", key, device, stream, &values, || spec(&launch, Stage::Split), |first| {
                 dispatch(q.dtype, sinks.dtype, first, &launch, Stage::Split)
             })?;
             let key = Key::new("attention_sink_combine", device).with(config.splits).hints(hints).tensor(out).tensor(acc).tensor(ml).tensor(sinks);
             let key = tiles.iter().fold(key, |key, &t| key.with(t));
             let values = [Value::Ptr(out.ptr), Value::Ptr(acc.ptr), Value::Ptr(ml.ptr), Value::Ptr(sinks.ptr)];
-            launch::enqueue("attention_sink", "attention_sink_combine", key, device, stream, &values, |first| {
+            launch::enqueue("attention_sink", key, device, stream, &values, || spec(&launch, Stage::Combine), |first| {
                 dispatch(q.dtype, sinks.dtype, first, &launch, Stage::Combine)
             })
         }
@@ -210,6 +211,46 @@ struct Launch<'a> {
     splits: i32,
 }
 
+const KERNELS: KernelModule = KernelModule {
+    name: "attention_sink_kernels",
+    ast: attention_sink_kernels::__module_ast_self,
+    source_hash: attention_sink_kernels::_SOURCE_HASH,
+};
+
+/// One stage's launch as cutile specializes it: kernel, generics, hints, then the
+/// kernel's parameters in order.
+fn spec(launch: &Launch, stage: Stage) -> KernelSpec {
+    let Views { out, q, k, v, sinks, start_q, partials } = launch.views;
+    let [bq, gt, d, bn, group] = launch.tiles;
+    let (bm, gd) = (bq * gt, gt * d);
+    let generics = |kernel_tiles: &[i32]| {
+        let types = [q.dtype.jit_name().to_string(), sinks.dtype.jit_name().to_string()];
+        types.into_iter().chain(kernel_tiles.iter().map(|t| t.to_string())).collect::<Vec<_>>()
+    };
+    let inputs = |spec: KernelSpec| {
+        spec.tensor("q", q)
+            .tensor("k", k)
+            .tensor("v", v)
+            .tensor("sinks", sinks)
+            .raw_tensor("start_q", start_q.ptr, &start_q.shape, &start_q.strides)
+            .int("window", launch.window)
+    };
+    let new = |kernel, tiles: &[i32]| KernelSpec::new(KERNELS, kernel, generics(tiles), launch.hints);
+    match (stage, partials) {
+        (Stage::OnePass, _) | (_, None) => inputs(new("attention_sink", &[bq, gt, bm, d, gd, bn, group]).tensor("out", out)),
+        (Stage::Split, Some((acc, ml))) => {
+            let spec = new("attention_sink_split", &[bq, gt, bm, d, gd, 2 * gt, bn, group]).tensor("acc_out", acc).tensor("ml_out", ml);
+            inputs(spec).int("splits", launch.splits)
+        }
+        (Stage::Combine, Some((acc, ml))) => new("attention_sink_combine", &[bq, gt, bm, d, gd])
+            .tensor("out", out)
+            .tensor("acc_in", acc)
+            .tensor("ml_in", ml)
+            .tensor("sinks", sinks)
+            .int("splits", launch.splits),
+    }
+}
+
 fn dispatch(e: DType, s: DType, first: &FirstLaunch, launch: &Launch, stage: Stage) -> OpResult<()> {
     match (e, s) {
         (DType::F16, DType::F32) => launch_first::<f16, f32>(first, launch, stage),
@@ -225,8 +266,8 @@ fn dispatch(e: DType, s: DType, first: &FirstLaunch, launch: &Launch, stage: Sta
 /// cutile's launch of one stage for q/k/v of type `E` and sinks of type `S`.
 fn launch_first<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch: &Launch, stage: Stage) -> OpResult<()> {
     let Views { out, q, k, v, sinks, start_q, partials } = launch.views;
-    let [bq, gt, d, bn, group] = launch.tiles;
-    let (bm, gd) = (bq * gt, gt * d);
+    let [bq, gt, d, _, _] = launch.tiles;
+    let gd = gt * d;
     let (window, scale, splits) = (launch.window, launch.scale, launch.splits);
     // SAFETY: torch owns every allocation and keeps it alive while the work it ordered on
     // the stream runs; out and the partials are outputs nobody else writes meanwhile.
@@ -236,23 +277,18 @@ fn launch_first<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch:
     let start_t = || unsafe {
         cutile::tensor::Tensor::<i32>::borrow_raw_parts(start_q.ptr, first.ctx.clone(), start_q.shape.clone(), start_q.strides.clone())
     };
-    let names = || [q.dtype.jit_name().to_string(), sinks.dtype.jit_name().to_string()];
-    let numbers = |values: &[i32]| values.iter().map(|v| v.to_string()).collect::<Vec<_>>();
     let out_tile = [1, bq, gd];
     let ml_tile = [1, bq, 2 * gt];
     let part = |tile: [i32; 3]| tile.map(|x| x as usize);
-    let options = || launch.hints.compile_options();
+    let (generics, options) = (|| first.spec().generics(), || first.spec().options());
     // The launcher of this stage, handed to `$finish` as `$l` (their types differ).
     macro_rules! with_launcher {
         (|$l:ident| $finish:expr) => {{
-            let [e, s] = names();
             match stage {
                 Stage::OnePass => {
                     let (mut ot, qt, kt, vt, st, sq) = (t(out), t(q), t(k), t(v), sinks_t(), start_t());
-                    let mut g = vec![e, s];
-                    g.extend(numbers(&[bq, gt, bm, d, gd, bn, group]));
                     let $l = attention_sink_kernels::attention_sink((&mut ot).partition(part(out_tile)), &qt, &kt, &vt, &st, &sq, scale, window)
-                        .generics(g)
+                        .generics(generics())
                         .compile_options(options());
                     $finish
                 }
@@ -260,24 +296,20 @@ fn launch_first<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch:
                     let (acc, ml) = partials.as_ref().expect("checked: splits > 1 has partials");
                     let (mut at, mut mt) = (f(acc), f(ml));
                     let (qt, kt, vt, st, sq) = (t(q), t(k), t(v), sinks_t(), start_t());
-                    let mut g = vec![e, s];
-                    g.extend(numbers(&[bq, gt, bm, d, gd, 2 * gt, bn, group]));
                     let $l = attention_sink_kernels::attention_sink_split(
                         (&mut at).partition(part(out_tile)),
                         (&mut mt).partition(part(ml_tile)),
                         &qt, &kt, &vt, &st, &sq, scale, window, splits,
                     )
-                    .generics(g)
+                    .generics(generics())
                     .compile_options(options());
                     $finish
                 }
                 Stage::Combine => {
                     let (acc, ml) = partials.as_ref().expect("checked: splits > 1 has partials");
                     let (mut ot, at, mt, st) = (t(out), f(acc), f(ml), sinks_t());
-                    let mut g = vec![e, s];
-                    g.extend(numbers(&[bq, gt, bm, d, gd]));
                     let $l = attention_sink_kernels::attention_sink_combine((&mut ot).partition(part(out_tile)), &at, &mt, &st, splits)
-                        .generics(g)
+                        .generics(generics())
                         .compile_options(options());
                     $finish
                 }

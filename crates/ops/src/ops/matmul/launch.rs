@@ -5,6 +5,7 @@ use super::kernel::matmul_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
 use crate::launch::{self, check_block, FirstLaunch, Hints, Key};
 use crate::replay::{Args, Value};
+use crate::shipped::{KernelModule, KernelSpec};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
 use cutile::tensor::KernelOutputStored;
@@ -109,12 +110,31 @@ pub fn matmul(
         .tensor(a)
         .tensor(b);
     let values = [Value::Ptr(c.ptr), Value::Ptr(a.ptr), Value::Ptr(b.ptr)];
-    launch::enqueue("matmul", kernel, key, device, stream, &values, |first| match (c.dtype, tf32) {
-        (DType::F32, true) => launch_first::<f32>(first, [c, a, b], tiles, hints, true),
-        (DType::F32, false) => launch_first::<f32>(first, [c, a, b], tiles, hints, false),
-        (DType::F16, _) => launch_first::<f16>(first, [c, a, b], tiles, hints, false),
-        (DType::BF16, _) => launch_first::<bf16>(first, [c, a, b], tiles, hints, false),
+    let spec = || {
+        let mut generics = vec![c.dtype.jit_name().to_string()];
+        generics.extend([tiles.block_m, tiles.block_n, tiles.block_k].map(|t| t.to_string()));
+        if tiles.group_m > 0 {
+            generics.extend(persistent_map(tiles).map(|t| t.to_string()));
+        }
+        KernelSpec::new(KERNELS, kernel, generics, hints).tensor("c", c).tensor("a", a).tensor("b", b)
+    };
+    launch::enqueue("matmul", key, device, stream, &values, spec, |first| match (c.dtype, tf32) {
+        (DType::F32, true) => launch_first::<f32>(first, [c, a, b], tiles, true),
+        (DType::F32, false) => launch_first::<f32>(first, [c, a, b], tiles, false),
+        (DType::F16, _) => launch_first::<f16>(first, [c, a, b], tiles, false),
+        (DType::BF16, _) => launch_first::<bf16>(first, [c, a, b], tiles, false),
     })
+}
+
+const KERNELS: KernelModule = KernelModule {
+    name: "matmul_kernels",
+    ast: matmul_kernels::__module_ast_self,
+    source_hash: matmul_kernels::_SOURCE_HASH,
+};
+
+/// The persistent kernels' map: group_m row blocks of one column, batch entries one by one.
+fn persistent_map(tiles: Tiles) -> [i32; 3] {
+    [1, tiles.group_m.max(1), 1]
 }
 
 /// cutile's launch of `gemm<T>` (or, with `tf32`, of `gemm_tf32<f32>`).
@@ -122,7 +142,6 @@ fn launch_first<T: cutile::DType>(
     first: &FirstLaunch,
     [c, a, b]: [&CheckedTensor; 3],
     tiles: Tiles,
-    hints: Hints,
     tf32: bool,
 ) -> OpResult<()> {
     // SAFETY: torch owns the allocations and keeps them alive while the work it
@@ -131,21 +150,12 @@ fn launch_first<T: cutile::DType>(
     let tile = [1, tiles.block_m, tiles.block_n];
     let partition = tile.map(|t| t as usize);
     let persistent = tiles.group_m > 0;
-    // The persistent kernels' map: group_m row blocks of one column, batch entries one by one.
-    let map = [1, tiles.group_m.max(1), 1];
-    let generics = || {
-        let mut g = vec![c.dtype.jit_name().to_string()];
-        g.extend([tiles.block_m, tiles.block_n, tiles.block_k].map(|t| t.to_string()));
-        if persistent {
-            g.extend(map.map(|t| t.to_string()));
-        }
-        g
-    };
+    let map = persistent_map(tiles);
     // The kernel's launcher for this launch, handed to `$finish` as `$l` (the two kernels' types differ).
     macro_rules! with_launcher {
         (|$l:ident| $finish:expr) => {{
             let (mut ct, at, bt) = (tensor(c), tensor(a), tensor(b));
-            let (g, o) = (generics(), hints.compile_options());
+            let (g, o) = (first.spec().generics(), first.spec().options());
             let out = (&mut ct).partition(partition);
             match (tf32, persistent) {
                 (false, false) => {

@@ -6,6 +6,7 @@ use super::kernel::softmax_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
 use crate::launch::{self, check_block, FirstLaunch, Hints, Key};
 use crate::replay::{Args, Value};
+use crate::shipped::{KernelModule, KernelSpec};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
 use cutile::tensor::KernelOutputStored;
@@ -60,11 +61,33 @@ pub fn softmax(
     let key = Key::new(kernel.name(), device).with(block_m).with(block_n).with(n_pad).hints(hints).tensor(x).tensor(y);
     let values = [Value::Ptr(y.ptr), Value::Ptr(x.ptr)];
     let tiles = [block_m, block_n, n_pad];
-    launch::enqueue("softmax", kernel.name(), key, device, stream, &values, |first| match x.dtype {
-        DType::F32 => launch_first::<f32>(first, x, y, kernel, tiles, hints),
-        DType::F16 => launch_first::<f16>(first, x, y, kernel, tiles, hints),
-        DType::BF16 => launch_first::<bf16>(first, x, y, kernel, tiles, hints),
+    let spec = || spec(x, y, kernel, tiles, hints);
+    launch::enqueue("softmax", key, device, stream, &values, spec, |first| match x.dtype {
+        DType::F32 => launch_first::<f32>(first, x, y, kernel, tiles),
+        DType::F16 => launch_first::<f16>(first, x, y, kernel, tiles),
+        DType::BF16 => launch_first::<bf16>(first, x, y, kernel, tiles),
     })
+}
+
+const KERNELS: KernelModule = KernelModule {
+    name: "softmax_kernels",
+    ast: softmax_kernels::__module_ast_self,
+    source_hash: softmax_kernels::_SOURCE_HASH,
+};
+
+/// The launch as cutile specializes it: kernel, generics, hints, then the kernel's
+/// parameters in order (y's tiles, x, and the gather kernels' row stride).
+fn spec(x: &CheckedTensor, y: &CheckedTensor, kernel: Kernel, [block_m, block_n, n_pad]: [i32; 3], hints: Hints) -> KernelSpec {
+    let mut generics = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
+    if !kernel.single_tile() {
+        generics.push(n_pad.to_string());
+    }
+    let spec = KernelSpec::new(KERNELS, kernel.name(), generics, hints).tensor("y", y).tensor("x", x);
+    if kernel.takes_row_stride() {
+        spec.int("x_row_stride", x.strides[0])
+    } else {
+        spec
+    }
 }
 
 /// The kernel family a softmax row takes, which decides both the kernel (with
@@ -160,26 +183,17 @@ fn launch_first<T: cutile::DType>(
     y: &CheckedTensor,
     kernel: Kernel,
     [block_m, block_n, n_pad]: [i32; 3],
-    hints: Hints,
 ) -> OpResult<()> {
     // SAFETY: torch owns both allocations and keeps them alive while the work
     // it ordered on the stream runs; y is a fresh output nobody else writes.
     let tensors = || unsafe { (first.borrow::<T>(x), first.borrow::<T>(y)) };
     let single_tile = kernel.single_tile();
     let tile = if single_tile { [block_m, block_n] } else { [block_m, n_pad] };
-    // Built where it is consumed (cutile's launcher takes it by value), not cloned.
-    let generics = || {
-        let mut g = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
-        if !single_tile {
-            g.push(n_pad.to_string());
-        }
-        g
-    };
     // This launch's launcher, handed to `$finish` as `$l` (the kernels' launcher types differ).
     macro_rules! with_launcher {
         (|$l:ident| $finish:expr) => {{
             let (xt, mut yt) = tensors();
-            let (g, o) = (generics(), hints.compile_options());
+            let (g, o) = (first.spec().generics(), first.spec().options());
             let tiles = (&mut yt).partition(tile.map(|t| t as usize));
             match kernel {
                 Kernel::Tile => {

@@ -5,6 +5,7 @@ use super::kernel::swiglu_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
 use crate::launch::{self, check_block, FirstLaunch, Hints, Key};
 use crate::replay::{Args, Value};
+use crate::shipped::{KernelModule, KernelSpec};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
 use cutile::tensor::KernelOutputStored;
@@ -59,11 +60,25 @@ pub fn forward(
     const KERNEL: &str = "swiglu_forward";
     let key = Key::new(KERNEL, device).with(block_m).with(block_n).hints(hints).tensor(y).tensor(a).tensor(b);
     let values = [Value::Ptr(y.ptr), Value::Ptr(a.ptr), Value::Ptr(b.ptr)];
-    launch::enqueue("swiglu", KERNEL, key, device, stream, &values, |first| match dtype {
-        DType::F32 => forward_first::<f32>(first, y, a, b, [block_m, block_n], hints),
-        DType::F16 => forward_first::<f16>(first, y, a, b, [block_m, block_n], hints),
-        DType::BF16 => forward_first::<bf16>(first, y, a, b, [block_m, block_n], hints),
+    let spec = || {
+        KernelSpec::new(KERNELS, KERNEL, generics(dtype, block_m, block_n), hints).tensor("y", y).tensor("a", a).tensor("b", b)
+    };
+    launch::enqueue("swiglu", key, device, stream, &values, spec, |first| match dtype {
+        DType::F32 => forward_first::<f32>(first, y, a, b, [block_m, block_n]),
+        DType::F16 => forward_first::<f16>(first, y, a, b, [block_m, block_n]),
+        DType::BF16 => forward_first::<bf16>(first, y, a, b, [block_m, block_n]),
     })
+}
+
+const KERNELS: KernelModule = KernelModule {
+    name: "swiglu_kernels",
+    ast: swiglu_kernels::__module_ast_self,
+    source_hash: swiglu_kernels::_SOURCE_HASH,
+};
+
+/// Both kernels' generics: the element type and the tile.
+fn generics(dtype: DType, block_m: i32, block_n: i32) -> Vec<String> {
+    vec![dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()]
 }
 
 fn forward_first<T: cutile::DType>(
@@ -72,24 +87,23 @@ fn forward_first<T: cutile::DType>(
     a: &CheckedTensor,
     b: &CheckedTensor,
     tile: [i32; 2],
-    hints: Hints,
 ) -> OpResult<()> {
     // SAFETY: torch owns the allocations and keeps them alive while the work it
     // ordered on the stream runs; y is an output nobody else writes meanwhile.
     let tensors = || unsafe { (first.borrow::<T>(y), first.borrow::<T>(a), first.borrow::<T>(b)) };
-    let generics = || vec![y.dtype.jit_name().to_string(), tile[0].to_string(), tile[1].to_string()];
+    let (generics, options) = (|| first.spec().generics(), || first.spec().options());
     let partition = tile.map(|t| t as usize);
     first.run(
         |s| {
             let (mut yt, at, bt) = tensors();
             let launcher = swiglu_kernels::swiglu_forward((&mut yt).partition(partition), &at, &bt);
-            launcher.generics(generics()).compile_options(hints.compile_options()).specialize_on(s).map(|k| k.into_l1_cache_key())
+            launcher.generics(generics()).compile_options(options()).specialize_on(s).map(|k| k.into_l1_cache_key())
         },
         || {
             let (mut yt, at, bt) = tensors();
             let launcher = swiglu_kernels::swiglu_forward((&mut yt).partition(partition), &at, &bt);
             // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
-            unsafe { launcher.generics(generics()).compile_options(hints.compile_options()).async_on(&first.stream) }
+            unsafe { launcher.generics(generics()).compile_options(options()).async_on(&first.stream) }
                 .map(|_| ())
         },
         || {
@@ -150,10 +164,17 @@ pub fn backward(
     const KERNEL: &str = "swiglu_backward";
     let key = Key::new(KERNEL, device).with(block_m).with(block_n).hints(hints).tensor(dg).tensor(dy).tensor(a).tensor(b);
     let values = [Value::Ptr(dg.ptr), Value::Ptr(dy.ptr), Value::Ptr(a.ptr), Value::Ptr(b.ptr)];
-    launch::enqueue("swiglu backward", KERNEL, key, device, stream, &values, |first| match dtype {
-        DType::F32 => backward_first::<f32>(first, [dg, dy, a, b], [block_m, block_n], hints),
-        DType::F16 => backward_first::<f16>(first, [dg, dy, a, b], [block_m, block_n], hints),
-        DType::BF16 => backward_first::<bf16>(first, [dg, dy, a, b], [block_m, block_n], hints),
+    let spec = || {
+        KernelSpec::new(KERNELS, KERNEL, generics(dtype, block_m, block_n), hints)
+            .tensor("dg", dg)
+            .tensor("dy", dy)
+            .tensor("a", a)
+            .tensor("b", b)
+    };
+    launch::enqueue("swiglu backward", key, device, stream, &values, spec, |first| match dtype {
+        DType::F32 => backward_first::<f32>(first, [dg, dy, a, b], [block_m, block_n]),
+        DType::F16 => backward_first::<f16>(first, [dg, dy, a, b], [block_m, block_n]),
+        DType::BF16 => backward_first::<bf16>(first, [dg, dy, a, b], [block_m, block_n]),
     })
 }
 
@@ -161,24 +182,23 @@ fn backward_first<T: cutile::DType>(
     first: &FirstLaunch,
     [dg, dy, a, b]: [&CheckedTensor; 4],
     [block_m, block_n]: [i32; 2],
-    hints: Hints,
 ) -> OpResult<()> {
     // SAFETY: as in `forward_first`; dg is a fresh gradient buffer nobody else writes.
     let tensor = |t: &CheckedTensor| unsafe { first.borrow::<T>(t) };
-    let generics = || vec![dg.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
+    let (generics, options) = (|| first.spec().generics(), || first.spec().options());
     let tile = [block_m, 2, block_n];
     let partition = tile.map(|t| t as usize);
     first.run(
         |s| {
             let (mut gt, dyt, at, bt) = (tensor(dg), tensor(dy), tensor(a), tensor(b));
             let launcher = swiglu_kernels::swiglu_backward((&mut gt).partition(partition), &dyt, &at, &bt);
-            launcher.generics(generics()).compile_options(hints.compile_options()).specialize_on(s).map(|k| k.into_l1_cache_key())
+            launcher.generics(generics()).compile_options(options()).specialize_on(s).map(|k| k.into_l1_cache_key())
         },
         || {
             let (mut gt, dyt, at, bt) = (tensor(dg), tensor(dy), tensor(a), tensor(b));
             let launcher = swiglu_kernels::swiglu_backward((&mut gt).partition(partition), &dyt, &at, &bt);
             // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
-            unsafe { launcher.generics(generics()).compile_options(hints.compile_options()).async_on(&first.stream) }
+            unsafe { launcher.generics(generics()).compile_options(options()).async_on(&first.stream) }
                 .map(|_| ())
         },
         || {
