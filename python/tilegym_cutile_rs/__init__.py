@@ -20,6 +20,7 @@ from .errors import (
     LibraryError,
     StaleLibraryError,
     ToolchainError,
+    ToolchainNotFoundError,
 )
 
 try:
@@ -41,6 +42,7 @@ __all__ = [
     "LibraryError",
     "StaleLibraryError",
     "ToolchainError",
+    "ToolchainNotFoundError",
     "errors",
     "warmup",
     "__version__",

@@ -31,16 +31,23 @@ def dtype_code(dtype: Any) -> int:
     return code
 
 
+# Where a meta tensor's storage "starts" for the library (meta data_ptr() is its byte
+# offset from 0): aligned as torch's CUDA allocator aligns blocks, so views keep the
+# alignment class they would have on the device (the shipped-kernel build's describe mode).
+META_BASE = 1 << 40
+
+
 def tensor_desc(t: Any) -> Any:
     """A `TensorDesc *` describing `t` (kept alive by the returned cdata)."""
     code = dtype_code(t.dtype)
     lib = _library.library()
     if t.dim() > lib.CUTILE_MAX_DIMS:
         raise ValueError(f"{t.dim()} dims exceed the {lib.CUTILE_MAX_DIMS} a TensorDesc holds")
+    ptr = t.data_ptr() + (META_BASE if t.is_meta else 0)
     # One initializer call: much cheaper than setting fields one by one.
     return _library.ffi().new(
         "TensorDesc *",
-        {"ptr": t.data_ptr(), "ndim": t.dim(), "shape": list(t.shape), "strides": list(t.stride()), "dtype": code},
+        {"ptr": ptr, "ndim": t.dim(), "shape": list(t.shape), "strides": list(t.stride()), "dtype": code},
     )
 
 
@@ -59,7 +66,7 @@ def check_status(status: int, op: str, hint: str | None = None) -> None:
         exc = TypeError
     elif status == lib.CUTILE_ERR_DEVICE_INIT:
         exc = DeviceError
-    elif status == lib.CUTILE_ERR_COMPILE_FAILED:
+    elif status in (lib.CUTILE_ERR_COMPILE_FAILED, lib.CUTILE_ERR_NO_TOOLCHAIN):
         exc = ToolchainError
     elif status == lib.CUTILE_ERR_LAUNCH_FAILED:
         exc = KernelLaunchError

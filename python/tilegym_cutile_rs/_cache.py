@@ -128,14 +128,17 @@ def disabled_reason() -> str | None:
 
 def stats() -> dict[str, int]:
     """This process's counters: disk hits, misses, puts, bytes written, I/O errors, tileiras
-    runs, warm starts (kernels loaded from the warm-start index without lowering), and
-    replays (launches that repeated an earlier one straight through cuLaunchKernel)."""
+    runs, warm starts (kernels loaded from the warm-start index without lowering),
+    replays (launches that repeated an earlier one straight through cuLaunchKernel),
+    shipped (kernels loaded from the wheel's shipped kernels) and spec_mismatches (first
+    launches whose shipped-kernel spec named another kernel than cutile resolved: a bug)."""
     from . import _abi, _library
 
     lib = _library.library()
     out = _library.ffi().new("CacheStats *")
     _abi.check_status(lib.cutile_cache_stats(out), "kernel cache stats")
-    return {name: int(getattr(out, name)) for name in ("hits", "misses", "puts", "bytes_written", "io_errors", "tileiras_runs", "warm_starts", "replays")}
+    names = ("hits", "misses", "puts", "bytes_written", "io_errors", "tileiras_runs", "warm_starts", "replays", "shipped", "spec_mismatches")
+    return {name: int(getattr(out, name)) for name in names}
 
 
 @dataclass(frozen=True)

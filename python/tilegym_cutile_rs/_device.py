@@ -1,40 +1,73 @@
-"""Per-device facts the ops need, computed once per device."""
+"""Per-device facts the ops need, computed once per device.
+
+Device index -1 is what meta tensors report: the shipped-kernel build runs the ops on
+meta tensors in describe mode (_shipped), and these functions then answer for the
+architecture being described.
+"""
 
 from __future__ import annotations
 
 import functools
 from typing import Any
 
-from . import _library
+from . import _library, _shipped
+from .errors import ToolchainNotFoundError
+
+
+def prepare(index: int) -> tuple[int, int]:
+    """Check device `index` can run the kernels (shipped for its architecture, or a
+    toolchain that targets it) and install the kernel cache; return its capability."""
+    if index < 0:
+        return _shipped.target().capability
+    return _prepare(index)
 
 
 @functools.cache
-def prepare(index: int) -> tuple[int, int]:
-    """Check the toolchain can target device `index` and install the kernel cache;
-    return the device's (major, minor) capability."""
+def _prepare(index: int) -> tuple[int, int]:
     import torch
 
     from . import _cache, _toolchain  # imported at the first call: the toolchain lookup reads package metadata
 
     capability = torch.cuda.get_device_capability(index)
-    toolchain = _toolchain.configure()
+    arch = f"sm_{capability[0]}{capability[1]}"
+    lib = _library.library()
+    try:
+        toolchain = _toolchain.configure()
+    except ToolchainNotFoundError as exc:  # none installed; a broken one is still an error
+        if not _shipped.count(arch):
+            raise ToolchainNotFoundError(f"{exc}. This build ships no compiled kernels for {arch}, so every kernel needs it") from None
+        _shipped.enable(lib, jit=False)  # shipped kernels only; any other shape raises a ToolchainError
+        return capability
     _toolchain.require_arch(toolchain, capability)
-    _cache.enable(_library.library(), toolchain)
+    _cache.enable(lib, toolchain)
+    _shipped.enable(lib, jit=True)
     return capability
 
 
-@functools.cache
 def name(index: int) -> str:
     """Device model and architecture, e.g. "NVIDIA H200 sm_90" (autotuning decisions key on it)."""
+    if index < 0:
+        return f"shipped {_shipped.target().arch}"
+    return _name(index)
+
+
+@functools.cache
+def _name(index: int) -> str:
     import torch
 
     major, minor = torch.cuda.get_device_capability(index)
     return f"{torch.cuda.get_device_name(index)} sm_{major}{minor}"
 
 
-@functools.cache
 def sm_count(index: int) -> int:
     """Streaming multiprocessors of device `index` (persistent kernels launch a multiple of it)."""
+    if index < 0:
+        return _shipped.target().sms
+    return _sm_count(index)
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
     import torch
 
     return int(torch.cuda.get_device_properties(index).multi_processor_count)
@@ -50,8 +83,8 @@ def raw_stream_getter() -> Any:
 
 
 def current_stream(index: int) -> int:
-    """The CUstream handle of torch's current stream on device `index`."""
-    return int(raw_stream_getter()(index))
+    """The CUstream handle of torch's current stream on device `index` (0 when describing)."""
+    return int(raw_stream_getter()(index)) if index >= 0 else 0
 
 
 def check_cuda_tensor(x: Any, op: str) -> None:
@@ -59,5 +92,5 @@ def check_cuda_tensor(x: Any, op: str) -> None:
 
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{op} takes a torch.Tensor, got {type(x).__name__}")
-    if x.device.type != "cuda":
+    if x.device.type != "cuda" and not (x.is_meta and _shipped.describing()):
         raise ValueError(f"{op} runs on CUDA tensors; x is on {x.device}. Move it first: x.cuda()")

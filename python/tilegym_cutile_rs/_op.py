@@ -2,7 +2,7 @@
 
 An op module (`ops/<op>.py`, or a package) keeps only what is its own: argument
 validation, how its tensors map to the kernel's views, its config type and
-heuristic, its TileGym adapter, warm-up and smoke test, declared in an `OP = OpSpec(...)`.
+heuristic, its TileGym adapter, warm-up, smoke test and shipped shapes, declared in an `OP = OpSpec(...)`.
 Every C export takes `(TensorDesc *..., scalars..., config ints..., device, stream)`
 and returns a status; this module calls it with the watchdog (_progress) and turns a
 failure into the exception its status stands for (_abi.check_status).
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from . import _abi, _device, _library, _progress
+from . import _abi, _device, _library, _progress, _shipped
 
 if TYPE_CHECKING:
     import torch
@@ -60,7 +60,15 @@ def call(op: str, export: str, args: Sequence[Any], index: int, what: tuple[Any,
     finally:
         _progress.end(slot)
     if status != 0:
-        _abi.check_status(status, op, hint=_progress.timed_out_message(slot))
+        _abi.check_status(status, op, hint=_hint(status, slot, what))
+
+
+def _hint(status: int, slot: Any, what: tuple[Any, ...]) -> str | None:
+    """What a failed call's exception adds: the watchdog's note, or for a kernel that is
+    neither shipped nor compilable here, the call it was for (op, dtype, shape)."""
+    if status == _library.library().CUTILE_ERR_NO_TOOLCHAIN:
+        return f"The call: {what[0]} on {what[1]} of shape {tuple(what[2])}."
+    return _progress.timed_out_message(slot)
 
 
 class Plan:
@@ -105,7 +113,7 @@ class Plan:
         finally:
             del _progress.inflight[self.thread]
         if status != 0:
-            _abi.check_status(status, self.op, hint=_progress.timed_out_message(slot))
+            _abi.check_status(status, self.op, hint=_hint(status, slot, self.what))
 
 
 _NO_PLANS: dict[Any, Plan] = {}  # what a thread without plans looks up; never written
@@ -137,10 +145,13 @@ class Plans:
     def make(self, key: Any, tensors: Sequence[torch.Tensor], args: Sequence[Any], index: int, dense: bool) -> Plan:
         """This thread's plan for `key`: the export bound to descriptors of `tensors` (in the
         export's order) and `args`; `dense` as `Plan.dense`."""
+        plan = Plan(self.op, self.export, tensors, args, index, self.generation, dense)
+        if _shipped.describing():
+            return plan  # a plan of meta tensors is never run
         table = self._table()
         if len(table) >= self.MAX:
             table.clear()
-        plan = table[key] = Plan(self.op, self.export, tensors, args, index, self.generation, dense)
+        table[key] = plan
         return plan
 
     def invalidate(self) -> None:
@@ -169,7 +180,10 @@ class Chooser(Generic[ConfigT]):
         autotune: bool,
     ) -> ConfigT:
         """The config for `problem` (a hashable key: device, dtype, extents, whatever the
-        heuristic reads). `tuner()` returns a function that launches one candidate."""
+        heuristic reads). `tuner()` returns a function that launches one candidate.
+        Describing shipped kernels takes the heuristic's choice, as a fresh install would."""
+        if _shipped.describing():
+            return heuristic()
         found = self._memo.get(problem)
         if found is None or (autotune and not found[1]):
             if found is not None and self.plans is not None:
@@ -220,9 +234,13 @@ def check_config(config: object, config_type: type[ConfigT]) -> ConfigT:
     warps = getattr(checked, "warps", 0)
     if warps:
         from . import _toolchain
+        from .errors import ToolchainNotFoundError
 
         lib = _library.library()
-        release = _toolchain.configure().release
+        try:
+            release = _toolchain.configure().release
+        except ToolchainNotFoundError:
+            return checked  # no toolchain: only shipped kernels run, and the library refuses any other
         if release < (13, 5) and not lib.CUTILE_WORKER_WARPS_BEFORE_TILEIRAS_13_5 >> warps & 1:
             taken = [w for w in range(1, lib.CUTILE_MAX_WORKER_WARPS + 1) if lib.CUTILE_WORKER_WARPS_BEFORE_TILEIRAS_13_5 >> w & 1]
             raise ValueError(
@@ -257,12 +275,17 @@ class OpSpec:
         (compiling, and with autotune tuning, its kernels); returns the config it used.
     smoke(device): run the op on a small input, compare with torch; returns a one-line
         result, raises AssertionError when the result is wrong.
+    shipped(device): run the op (forward, and backward where it trains) for each shape whose
+        kernels the wheel ships compiled (_shipped): TileGym's test and benchmark shapes, powers
+        of two and common LLM widths. The build runs it on meta tensors in describe mode; the
+        GPU tests run it on the device with no toolchain.
     """
 
     name: str
     tilegym: Mapping[str, Callable[..., Any]]
     warmup: Callable[[tuple[int, ...], torch.dtype, torch.device, bool], object]
     smoke: Callable[[torch.device], str]
+    shipped: Callable[[torch.device], None]
 
 
 @functools.cache

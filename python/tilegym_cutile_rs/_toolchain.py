@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ToolchainError
+from .errors import ToolchainError, ToolchainNotFoundError
 
 PIP_KIT = ("nvidia-cuda-tileiras", "nvidia-cuda-nvcc", "nvidia-nvvm")
 INSTALL_KIT = "pip install 'tilegym-cutile-rs[tileiras]'"
@@ -135,7 +135,7 @@ def find() -> Toolchain:
     default = Path("/usr/local/cuda")
     if (default / "bin" / "tileiras").is_file():
         return _from_root(default, default / "bin" / "tileiras", "CUDA toolkit")
-    raise ToolchainError(
+    raise ToolchainNotFoundError(
         "no Tile IR toolchain found: the kernels are compiled for your GPU by tileiras at first use. "
         f"Fix: {INSTALL_KIT} (or set CUTILE_TILEIRAS_PATH to a CUDA >= 13.3 tileiras with its ptxas and libNVVM)"
     )

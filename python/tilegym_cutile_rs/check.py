@@ -8,7 +8,8 @@ limit, so nothing hangs or takes the checker down.
 Exit codes (the first failed check decides):
   0  every check passed (warnings allowed)
   2  no NVIDIA driver, no GPU, or a driver older than CUDA 13
-  3  Tile IR toolchain missing, mixed, or unable to compile for this GPU
+  3  Tile IR toolchain missing (and no shipped kernels for a GPU), mixed, or unable to
+     compile for this GPU
   4  kernel library missing, unloadable, or not matching the cdef manifest
   5  an op's smoke run failed or gave a wrong result
   6  Python environment: torch or cffi missing
@@ -27,7 +28,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from .errors import ToolchainError
+from .errors import ToolchainError, ToolchainNotFoundError
 
 EXIT_OK, EXIT_DRIVER, EXIT_TOOLCHAIN, EXIT_LIBRARY, EXIT_KERNEL, EXIT_ENVIRONMENT = 0, 2, 3, 4, 5, 6
 MIN_DRIVER_CUDA = 13000
@@ -168,10 +169,35 @@ def _subprocess(code: str, timeout: float, env: dict[str, str] | None = None, wh
     return p.returncode, (p.stdout.strip() or p.stderr.strip())
 
 
-def check_toolchain(report: Report) -> list[Result]:
-    from . import _toolchain
+def check_shipped(report: Report) -> list[Result]:
+    """The kernels this wheel ships compiled, for each GPU's architecture."""
+    from . import _shipped
 
-    tc = _toolchain.find()
+    index = _shipped.index()
+    if index is None:
+        return [Result("shipped kernels", "warning", "this build ships no compiled kernels: every kernel compiles with "
+                       "tileiras at its first use", "install a release wheel from PyPI for the shipped kernels")]
+    total = sum(index.get("archs", {}).values())
+    out = [Result("shipped kernels", "ok", f"{total} kernels for {', '.join(sorted(index.get('archs', {})))} "
+                  f"(built with tileiras {index.get('toolchain', {}).get('tileiras', '?')})")]
+    for arch in sorted({str(g["arch"]) for g in report.gpus}):
+        n = _shipped.count(arch)
+        out.append(Result(f"shipped {arch}", "ok" if n else "warning",
+                          f"{n} kernels shipped for this GPU" if n else "none shipped for this GPU: its kernels compile with tileiras"))
+    return out
+
+
+def check_toolchain(report: Report) -> list[Result]:
+    from . import _shipped, _toolchain
+
+    try:
+        tc = _toolchain.find()
+    except ToolchainNotFoundError as exc:
+        gpu_archs = sorted({str(g["arch"]) for g in report.gpus})
+        if gpu_archs and all(_shipped.count(arch) for arch in gpu_archs):
+            return [Result("toolchain", "warning", f"none found: the shipped kernels run, any other shape raises a ToolchainError ({exc})",
+                           _remedy_for(exc))]
+        raise
     out = [Result("toolchain", "ok", tc.describe())]
     env = dict(os.environ, CUTILE_TILEIRAS_PATH=str(tc.tileiras), CUDA_HOME=str(tc.root),
                PATH=str(tc.tileiras.parent) + os.pathsep + os.environ.get("PATH", ""))
@@ -254,6 +280,7 @@ def run(smoke: bool = True) -> Report:
     _guard(report, "library", EXIT_LIBRARY, check_library)
     _guard(report, "environment", EXIT_ENVIRONMENT, check_environment)
     _guard(report, "driver", EXIT_DRIVER, lambda: check_driver(report))
+    _guard(report, "shipped kernels", EXIT_OK, lambda: check_shipped(report))
     _guard(report, "toolchain", EXIT_TOOLCHAIN, lambda: check_toolchain(report))
     _guard(report, "kernel cache", EXIT_OK, check_cache)
     if not smoke:

@@ -23,6 +23,11 @@ class ToolchainError(CutileError):
     """No consistent tileiras + ptxas + libNVVM was found, or it failed to compile a kernel."""
 
 
+class ToolchainNotFoundError(ToolchainError):
+    """No Tile IR toolchain is installed at all (as opposed to a broken one): the shipped
+    kernels still run where the wheel has them for the GPU."""
+
+
 class DeviceError(CutileError):
     """The CUDA driver or device could not be initialised."""
 

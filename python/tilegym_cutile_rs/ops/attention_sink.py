@@ -110,7 +110,7 @@ def _start_tensor(value: int, device: torch.device) -> torch.Tensor:
     if found is not None:
         return found
     made = torch.full((1,), value, dtype=torch.int32, device=device)
-    if not torch.cuda.is_current_stream_capturing():  # a capture's allocation is the graph's
+    if made.is_meta or not torch.cuda.is_current_stream_capturing():  # a capture's allocation is the graph's
         with _start_lock:
             if len(_start_tensors) >= 4096:
                 _start_tensors.clear()
@@ -413,4 +413,37 @@ def _smoke(device: torch.device) -> str:
     return f"attention_sink max abs error {err:.2e} vs float32 torch (bound 5e-2)"
 
 
-OP = _op.OpSpec("attention_sink", tilegym={"attention_sink": _tilegym_attention_sink}, warmup=_warmup, smoke=_smoke)
+# Shapes whose kernels the wheel ships compiled (_shipped), as (B, S_q, S_kv, H_kv, G, D, window):
+# TileGym 1.5.1's tests/ops/test_attention_sink.py grid and its perf rows (also
+# benchmarks/attention_sink_bench.py's), then head dim 128 for prefill and decode.
+SHIPPED_SHAPES = [
+    (b, s_q, s_kv, 8, 8, 64, window) for b in (1, 2) for s_q in (1, 128) for s_kv in (32, 128) for window in (None, 128)
+]
+SHIPPED_SHAPES += [
+    (1, 128, 2048, 8, 8, 64, None), (1, 128, 4096, 8, 8, 64, None), (1, 128, 2048, 8, 8, 64, 128),
+    (1, 128, 4096, 8, 8, 64, 128), (2, 128, 2048, 8, 8, 128, None), (1, 10820, 10820, 8, 8, 64, None),
+    (1, 10820, 10820, 8, 8, 64, 128), (1, 1, 10919, 8, 8, 64, None),
+    (1, 4096, 4096, 8, 8, 128, None), (1, 4096, 4096, 8, 8, 128, 128), (1, 1, 10919, 8, 8, 128, None),
+]
+
+
+def _shipped(device: torch.device) -> None:
+    """Each shipped shape in bfloat16 (TileGym's dtype) and float16, with sinks of the
+    query's dtype (as TileGym passes them) and of float32."""
+    import torch
+
+    for b, s_q, s_kv, h_kv, group, d, window in SHIPPED_SHAPES:
+        for dtype in (torch.bfloat16, torch.float16):
+            q = torch.empty(b, s_q, h_kv, group, d, dtype=dtype, device=device)
+            k = torch.empty(b, s_kv, h_kv, d, dtype=dtype, device=device)
+            for sinks_dtype in (dtype, torch.float32):
+                sinks = torch.empty(h_kv * group, dtype=sinks_dtype, device=device)
+                attention_sink(q, k, torch.empty_like(k), sinks, 1 / math.sqrt(d), window, max(0, s_kv - s_q))
+    # The smoke test's call (python -m tilegym_cutile_rs.check).
+    q, k = torch.empty(2, 33, 2, 4, 64, dtype=torch.bfloat16, device=device), torch.empty(2, 40, 2, 64, dtype=torch.bfloat16, device=device)
+    attention_sink(q, k, torch.empty_like(k), torch.empty(8, device=device), 0.125, 16, 7)
+
+
+OP = _op.OpSpec(
+    "attention_sink", tilegym={"attention_sink": _tilegym_attention_sink}, warmup=_warmup, smoke=_smoke, shipped=_shipped
+)

@@ -303,4 +303,47 @@ def _smoke(device: torch.device) -> str:
     return f"matmul max abs error {err:.2e} vs float32 torch (bound {bound:.2e})"
 
 
-OP = _op.OpSpec("matmul", tilegym={"matmul": _tilegym_matmul, "bmm": _tilegym_bmm}, warmup=_warmup, smoke=_smoke)
+# Shapes whose kernels the wheel ships compiled (_shipped). TileGym 1.5.1's tests/ops/test_matmul.py:
+# (m, n, k, dtype, transpose_a, transpose_b) through its adapter, each persistent and not...
+SHIPPED_MATMUL = [
+    (1024, 1024, 1024, "bfloat16", False, False), (1024, 1024, 1023, "bfloat16", False, False),
+    (8192, 8192, 8192, "bfloat16", False, False), (8, 8, 8, "bfloat16", False, False),
+    (3072, 6144, 2720, "bfloat16", False, False),
+    *((1 << i, 1 << i, 1 << i, dtype, ta, tb) for i in (6, 8, 11, 12, 13, 14, 15) for dtype in ("float16", "float32")
+      for ta in (False, True) for tb in (False, True)),
+    *((m, n, k, "float16", False, False) for m, n, k in ((4096, 8192, 2728), (4096, 4096, 5440), (12288, 2048, 2560),
+                                                         (12288, 4096, 2560), (4096, 5120, 2720), (3072, 6144, 2720))),
+]
+# ...tests/ops/test_bmm.py: (batch, m, n, k, transpose_a, transpose_b), float16...
+SHIPPED_BMM = [
+    *((4, m, n, k, ta, tb) for m in (128, 1024) for n in (256, 512) for k in (511, 512, 1023, 1024)
+      for ta in (False, True) for tb in (False, True)),
+    *((q, 1 << i, 1 << i, 1 << i, ta, tb) for q in (2, 8) for i in (11, 12, 13) for ta in (False, True) for tb in (False, True)),
+]
+# ...and square training products (forward and the backward's transposed layouts) of LLM sizes.
+SHIPPED_TRAINING = [((n, n), dtype) for n in (1024, 2048, 4096, 8192) for dtype in ("bfloat16", "float16")]
+
+
+def _shipped(device: torch.device) -> None:
+    import torch
+
+    for m, n, k, dtype, ta, tb in SHIPPED_MATMUL:
+        t = getattr(torch, dtype)
+        a = torch.empty((k, m) if ta else (m, k), dtype=t, device=device)
+        b = torch.empty((n, k) if tb else (k, n), dtype=t, device=device)
+        for persistent in (True, False):
+            _tilegym_matmul(a, b, trans_a=ta, trans_b=tb, static_persistent=persistent)
+    for batch, m, n, k, ta, tb in SHIPPED_BMM:
+        a = torch.empty((batch, k, m) if ta else (batch, m, k), dtype=torch.float16, device=device)
+        b = torch.empty((batch, n, k) if tb else (batch, k, n), dtype=torch.float16, device=device)
+        for persistent in (True, False):
+            _tilegym_bmm(a, b, transpose_a=ta, transpose_b=tb, static_persistent=persistent)
+    for shape, dtype in SHIPPED_TRAINING:
+        _warmup(shape, getattr(torch, dtype), device, False)
+    # The smoke test's product (python -m tilegym_cutile_rs.check).
+    matmul(torch.empty(100, 70, dtype=torch.bfloat16, device=device), torch.empty(90, 70, dtype=torch.bfloat16, device=device).t())
+
+
+OP = _op.OpSpec(
+    "matmul", tilegym={"matmul": _tilegym_matmul, "bmm": _tilegym_bmm}, warmup=_warmup, smoke=_smoke, shipped=_shipped
+)

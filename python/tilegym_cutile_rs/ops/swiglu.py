@@ -339,9 +339,55 @@ def _smoke(device: torch.device) -> str:
     return f"silu_and_mul max abs error {err:.2e}, gradient {grad_err:.2e} vs torch"
 
 
+# Shapes whose kernels the wheel ships compiled (_shipped), as (rows, H, dtype), forward and backward.
+# TileGym 1.5.1's tests/ops/test_swiglu.py (rows = batch * seq; float32 unless the test says)...
+SHIPPED_SWIGLU = [
+    *((b * s, h, "float32") for b, s, h in ((8, 2048, 4096), (4, 1024, 2048), (2, 512, 1024))),
+    *((b * s, h, "float32") for b, s, h in ((7, 512, 1024), (13, 256, 2048), (8, 100, 1024), (8, 333, 512),
+                                            (8, 256, 1000), (8, 256, 1500), (8, 256, 3000), (7, 100, 1000),
+                                            (13, 333, 1500), (7, 256, 512), (13, 128, 1024), (8, 333, 256),
+                                            (4, 256, 1000), (4, 256, 1500), (4, 128, 3000))),
+    (4 * 512, 1024, "float32"), (8 * 256, 2048, "float32"), (2 * 1024, 512, "float32"),
+    (8 * 512, 512, "float16"), (8 * 512, 1024, "float16"),
+]
+# ...and LLM MLP widths (Llama 2 7B/13B, Llama 3 8B and 70B, Qwen 2 7B) and our benchmark's rows,
+# in the training and serving dtypes, for a prefill-sized batch and a decode step.
+SHIPPED_SWIGLU += [
+    (m, h, dtype)
+    for h in (4096, 8192, 11008, 13824, 14336, 18944, 28672)
+    for m in (1, 4096)
+    for dtype in ("bfloat16", "float16")
+]
+SHIPPED_SWIGLU += [(m, h, "bfloat16") for m, h in ((16384, 14336), (128, 14336), (65536, 512), (65536, 1024))]
+# silu_and_mul: TileGym's tests/ops/test_silu_and_mul.py (x is [rows, 2H]).
+SHIPPED_SILU_AND_MUL = [
+    (8 * 512, 512, "float16"), (8 * 512, 1024, "float16"), (8 * 512, 2048, "float32"), (8 * 1024, 512, "float16"),
+    (8 * 1024, 1024, "float32"), (8 * 1024, 2048, "float32"), (16 * 512, 512, "float16"), (16 * 512, 1024, "float32"),
+    (16 * 1024, 512, "float32"), (16 * 1024, 1024, "float16"), (16 * 1024, 2048, "float32"), (32 * 512, 512, "float32"),
+    (32 * 512, 1024, "float16"), (32 * 512, 2048, "float32"), (32 * 1024, 512, "float16"), (32 * 1024, 1024, "float32"),
+    (32 * 1024, 4096, "float32"), (7 * 512, 512, "float32"), (13 * 256, 1024, "float32"), (8 * 100, 512, "float32"),
+    (8 * 333, 1024, "float32"), (8 * 256, 1000, "float32"), (8 * 256, 1500, "float32"), (8 * 256, 3000, "float32"),
+    (7 * 100, 1000, "float32"), (13 * 333, 1500, "float32"),
+    *((m, h, dtype) for h in (4096, 11008, 14336) for m in (1, 4096) for dtype in ("bfloat16", "float16")),
+    (64, 1000, "float32"),  # the smoke test's (python -m tilegym_cutile_rs.check)
+]
+
+
+def _shipped(device: torch.device) -> None:
+    import torch
+
+    for m, h, dtype in SHIPPED_SWIGLU:
+        _warmup((m, h), getattr(torch, dtype), device, False)
+    for m, h, dtype in SHIPPED_SILU_AND_MUL:
+        x = torch.empty(m, 2 * h, dtype=getattr(torch, dtype), device=device, requires_grad=True)
+        y = silu_and_mul(x)
+        torch.autograd.backward([y], [torch.empty_like(y)])
+
+
 OP = _op.OpSpec(
     "swiglu",
     tilegym={"silu_and_mul": _tilegym_silu_and_mul, "get_swiglu": _tilegym_get_swiglu},
     warmup=_warmup,
     smoke=_smoke,
+    shipped=_shipped,
 )

@@ -192,4 +192,29 @@ def _smoke(device: torch.device) -> str:
     return f"max abs error {err:.2e} vs torch.softmax"
 
 
-OP = _op.OpSpec("softmax", tilegym={"softmax": _tilegym_softmax}, warmup=_warmup, smoke=_smoke)
+# Shapes whose kernels the wheel ships compiled (_shipped), as (rows, width, dtype):
+# TileGym 1.5.1's tests/ops/test_softmax.py and our benchmark's rows (benchmarks/softmax_bench.py)...
+SHIPPED_SHAPES = [
+    (256, 256, "float32"), (256, 2048, "float32"), (256, 32768, "float32"), (256, 256, "float16"),
+    (256, 2048, "float16"), (256, 9, "float32"), (256, 1009, "float16"),
+    *((m, n, dtype) for m, n in ((8192, 256), (8192, 1024), (8192, 4096), (2048, 32768)) for dtype in SUPPORTED),
+]
+# ...and powers of two and LLM vocabularies (Llama 2, GPT-2, Llama 3, Qwen 2) in every dtype, on
+# a short and a long grid (the heuristic's row blocks and occupancy follow the row count).
+SHIPPED_SHAPES += [
+    (m, n, dtype)
+    for dtype in SUPPORTED
+    for n in (*(1 << p for p in range(7, 16)), 32000, 50257, 128256, 151936)
+    for m in (256, 8192)
+]
+SHIPPED_SHAPES.append((64, 1000, "float32"))  # the smoke test's (python -m tilegym_cutile_rs.check)
+
+
+def _shipped(device: torch.device) -> None:
+    import torch
+
+    for m, n, dtype in SHIPPED_SHAPES:
+        _warmup((m, n), getattr(torch, dtype), device, False)
+
+
+OP = _op.OpSpec("softmax", tilegym={"softmax": _tilegym_softmax}, warmup=_warmup, smoke=_smoke, shipped=_shipped)
