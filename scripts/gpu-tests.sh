@@ -5,7 +5,9 @@
 #
 #   scripts/gpu-tests.sh WHEELHOUSE [TILEIRAS_KIT]
 #
-#   WHEELHOUSE    directory with tilegym_cutile_rs-*.whl, tilegym and cuda-tile (the
+#   WHEELHOUSE    directory with tilegym_cutile_rs-*.whl (with its shipped kernels,
+#                 scripts/ship_kernels.py, for this GPU's architecture at least: the GPU
+#                 tests run them without a toolchain), tilegym and cuda-tile (the
 #                 TileGym integration tests and the cuTile Python peer), and any
 #                 dependency the machine lacks (cffi, pycparser, platformdirs,
 #                 hypothesis, sortedcontainers, pytest, ...); pip never goes online.

@@ -36,7 +36,11 @@ echo "== pip wheel ."
 rm -rf dist
 "$py" -m pip wheel . --no-deps -w dist
 "$py" -m pip install -q --force-reinstall --no-deps dist/tilegym_cutile_rs-*.whl
-pip_install "$py" --find-links dist "tilegym-cutile-rs[tileiras,test,tilegym]"
+pip_install "$py" --find-links dist "tilegym-cutile-rs[tileiras,test,tilegym]" "wheel==0.45.1"
+
+echo "== shipped kernels: every op's common shapes compiled for every architecture, into the wheel"
+"$py" scripts/ship_kernels.py dist/tilegym_cutile_rs-*.whl --archs all
+"$py" -m pip install -q --force-reinstall --no-deps dist/tilegym_cutile_rs-*.whl
 
 echo "== the wheel: manylinux_2_28 (auditwheel), contents, metadata"
 "$py" -m pip install -q "auditwheel==6.4.2" "check-wheel-contents==0.6.3" "twine==6.2.0"
@@ -53,6 +57,7 @@ CARGO_TARGET_DIR=$PWD/target "$py" -m pip wheel dist-sdist/tilegym_cutile_rs-*.t
 
 echo "== the aarch64 wheel, cross-built (tests/test_cross_wheel.py compares it with the x86_64 one)"
 bash scripts/build-wheel-aarch64.sh dist-aarch64
+"$py" scripts/ship_kernels.py dist-aarch64/tilegym_cutile_rs-*.whl --from dist/tilegym_cutile_rs-*.whl
 
 purelib() { "$1" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
 build_site=$(purelib .venv-build/bin/python)

@@ -67,3 +67,9 @@ def test_the_aarch64_wheel_matches_the_x86_64_one() -> None:
     for member in GENERATED:  # one manifest, one fingerprint, one export list for both
         name = f"tilegym_cutile_rs/{member}"
         assert zipfile.ZipFile(arm).read(name) == zipfile.ZipFile(x86).read(name), member
+    # The same shipped kernels (they depend on the GPU, not on the host CPU).
+    kernels = [n for n in zipfile.ZipFile(x86).namelist() if n.startswith("tilegym_cutile_rs/kernels/")]
+    assert "tilegym_cutile_rs/kernels/index.json" in kernels
+    assert kernels == [n for n in zipfile.ZipFile(arm).namelist() if n.startswith("tilegym_cutile_rs/kernels/")]
+    for name in kernels[:20] + ["tilegym_cutile_rs/kernels/index.json"]:
+        assert zipfile.ZipFile(arm).read(name) == zipfile.ZipFile(x86).read(name), name
