@@ -61,16 +61,35 @@ def _fake_driver_prelude(arch_major: int = 9) -> str:
 
 
 def test_missing_toolchain_code_and_remedy(tmp_path: Path) -> None:
-    # Hide the pip kit and any explicit toolchain.
+    # Hide the pip kit and any explicit toolchain, and the shipped kernels (an empty directory).
     prelude = _fake_driver_prelude() + """
         from tilegym_cutile_rs import _toolchain
         _toolchain._from_pip = lambda: None
     """
     env = {k: v for k, v in os.environ.items() if k not in ("CUTILE_TILEIRAS_PATH", "CUDA_TOOLKIT_PATH", "CUDA_HOME")}
+    env["TILEGYM_CUTILE_RS_SHIPPED_DIR"] = str(tmp_path)
     out = run_check("--no-smoke", env=env, prelude=prelude)
     assert out.returncode == check.EXIT_TOOLCHAIN, out.stdout + out.stderr
     assert "no Tile IR toolchain found" in out.stdout
     assert "-> pip install 'tilegym-cutile-rs[tileiras]'" in out.stdout
+    assert "warning  shipped kernels  this build ships no compiled kernels" in out.stdout
+
+
+def test_missing_toolchain_with_shipped_kernels_is_a_warning() -> None:
+    # The same machine with the wheel's shipped kernels: they run without a toolchain.
+    prelude = _fake_driver_prelude() + """
+        from tilegym_cutile_rs import _toolchain
+        _toolchain._from_pip = lambda: None
+    """
+    hidden = ("CUTILE_TILEIRAS_PATH", "CUDA_TOOLKIT_PATH", "CUDA_HOME", "TILEGYM_CUTILE_RS_SHIPPED_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
+    out = run_check("--no-smoke", env=env, prelude=prelude)
+    assert out.returncode == check.EXIT_OK, out.stdout + out.stderr
+    assert "warning  toolchain        none found: the shipped kernels run" in out.stdout
+    assert "-> pip install 'tilegym-cutile-rs[tileiras]'" in out.stdout
+    from tilegym_cutile_rs import _shipped
+
+    assert f"ok       shipped sm_90    {_shipped.count('sm_90')} kernels shipped for this GPU" in out.stdout
 
 
 def test_mixed_toolchain_versions_code_and_remedy(tmp_path: Path) -> None:
