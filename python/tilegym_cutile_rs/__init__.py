@@ -2,12 +2,16 @@
 
 Importing this package imports its op modules and nothing else: no torch, no
 library. The kernel library is opened at the first op call, and the CUDA driver
-when a kernel first runs.
+when a kernel first runs. Where torch is already imported, the ops' torch operators
+(torch.ops.tilegym_cutile_rs, for torch.compile and torch.export) are registered
+here; otherwise once torch.compile's tracer (torch._dynamo) is imported, or at the
+first op call, or by register_torch_ops().
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 from . import errors
 from ._warmup import warmup
@@ -44,10 +48,18 @@ __all__ = [
     "ToolchainError",
     "ToolchainNotFoundError",
     "errors",
+    "register_torch_ops",
     "warmup",
     "__version__",
 ]
 __all__ += _exports.__all__
+
+from ._op import register_after_torch, register_torch_ops  # noqa: E402 - after the op modules they register
+
+if "torch" in sys.modules:
+    register_torch_ops()
+else:
+    register_after_torch()
 
 if os.environ.get("TILEGYM_CUTILE_RS_REGISTER", "0") == "1":  # opt-in: imports TileGym
     from .tilegym_backend import register as _register

@@ -26,8 +26,9 @@ def prepare(index: int) -> tuple[int, int]:
 def _prepare(index: int) -> tuple[int, int]:
     import torch
 
-    from . import _cache, _toolchain  # imported at the first call: the toolchain lookup reads package metadata
+    from . import _cache, _op, _toolchain  # imported at the first call: the toolchain lookup reads package metadata
 
+    _op.register_torch_ops()  # for a later torch.compile, where torch came after our import
     capability = torch.cuda.get_device_capability(index)
     arch = f"sm_{capability[0]}{capability[1]}"
     lib = _library.library()

@@ -287,9 +287,12 @@ def attention_sink(
     (read by the kernel: no host sync, so its value is not checked). Runs on the current
     stream without blocking the host (CUDA-graph capturable). Forward only: inputs that
     require grad raise. `config=AttentionSinkConfig(...)` or `autotune=True` as for softmax.
+    Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.attention_sink.
     """
     import torch
 
+    if _op.is_compiling():
+        return _traced(_op.torch_ops(), query, key, value, sinks, sm_scale, sliding_window, start_q, config)
     window = _window(sliding_window)
     scale = float(sm_scale) * LOG2E
     if config is None and not autotune:
@@ -311,6 +314,8 @@ def attention_sink(
             plan.run(out.data_ptr(), query.data_ptr(), key.data_ptr(), value.data_ptr(), sinks.data_ptr(),
                      start.data_ptr(), acc.data_ptr(), ml.data_ptr())  # fmt: skip
             return out
+    if _op.fake(query, key, value, sinks, start_q):
+        return _traced(_op.register_torch_ops(), query, key, value, sinks, sm_scale, sliding_window, start_q, config)
     dims = _check(query, key, value, sinks)
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad or sinks.requires_grad):
         raise RuntimeError(
@@ -413,6 +418,51 @@ def _smoke(device: torch.device) -> str:
     return f"attention_sink max abs error {err:.2e} vs float32 torch (bound 5e-2)"
 
 
+def _traced(
+    ops: Any, query: Any, key: Any, value: Any, sinks: Any, sm_scale: float, sliding_window: Any, start_q: Any, config: Any
+) -> torch.Tensor:
+    """The call as our torch operator (an int start_q and a tensor one are two overloads)."""
+    import torch
+
+    args = (query, key, value, sinks, float(sm_scale), _window(sliding_window))
+    if isinstance(start_q, torch.Tensor):
+        out: torch.Tensor = ops.attention_sink.start_tensor(*args, start_q, list(config or ()))
+    else:
+        out = ops.attention_sink(*args, int(start_q), list(config or ()))
+    return out
+
+
+def _op_attention_sink(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor, sm_scale: float, sliding_window: int,
+    start_q: Any, config: list[int],
+) -> torch.Tensor:
+    return attention_sink(query, key, value, sinks, sm_scale, sliding_window or None, start_q, config=tuple(config) or None)
+
+
+def _fake_attention_sink(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor, sm_scale: float, sliding_window: int,
+    start_q: Any, config: list[int],
+) -> torch.Tensor:
+    import torch
+
+    if query.dim() != 5 or key.dim() != 4 or value.shape != key.shape:
+        raise ValueError(f"attention_sink takes query (B, S_q, H_kv, G, D) and key/value (B, S_kv, H_kv, D); got "
+                         f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+    b, s_q, h_kv, group, d = query.shape
+    if key.shape[0] != b or key.shape[2] != h_kv or key.shape[3] != d or sinks.shape != (h_kv * group,):
+        raise ValueError(f"attention_sink: query {tuple(query.shape)}, key {tuple(key.shape)} and sinks {tuple(sinks.shape)} do not match")
+    if query.dtype not in (torch.float16, torch.bfloat16) or key.dtype != query.dtype or value.dtype != query.dtype:
+        raise TypeError(f"attention_sink takes float16 or bfloat16 query, key and value of one dtype; got {query.dtype}")
+    return torch.empty((b, s_q, h_kv * group * d), dtype=query.dtype, device=query.device)
+
+
+_SCHEMA = "(Tensor query, Tensor key, Tensor value, Tensor sinks, float sm_scale, int sliding_window, {} start_q, int[] config) -> Tensor"
+TORCH_OPS = (
+    _op.TorchOp("attention_sink", _SCHEMA.format("int"), _op_attention_sink, _fake_attention_sink),
+    _op.TorchOp("attention_sink.start_tensor", _SCHEMA.format("Tensor"), _op_attention_sink, _fake_attention_sink),
+)
+
+
 # Shapes whose kernels the wheel ships compiled (_shipped), as (B, S_q, S_kv, H_kv, G, D, window):
 # TileGym 1.5.1's tests/ops/test_attention_sink.py grid and its perf rows (also
 # benchmarks/attention_sink_bench.py's), then head dim 128 for prefill and decode.
@@ -445,5 +495,6 @@ def _shipped(device: torch.device) -> None:
 
 
 OP = _op.OpSpec(
-    "attention_sink", tilegym={"attention_sink": _tilegym_attention_sink}, warmup=_warmup, smoke=_smoke, shipped=_shipped
+    "attention_sink", tilegym={"attention_sink": _tilegym_attention_sink}, warmup=_warmup, smoke=_smoke, shipped=_shipped,
+    torch_ops=TORCH_OPS,
 )

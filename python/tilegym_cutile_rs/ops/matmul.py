@@ -4,6 +4,7 @@ row- or column-major operands read in place, gradients by the same kernels."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _device, _op
@@ -220,7 +221,12 @@ def matmul(
     place; other strides are copied once. Any M, N, K >= 0 (K = 0 gives zeros). Runs on
     the current stream without blocking the host. Gradients flow to a and b, computed by
     the same kernels. `config=MatmulConfig(...)` or `autotune=True` as for softmax.
+    Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.matmul.
     """
+    traced = _op.traced_or_fake(a, b)
+    if traced is not None:
+        result: torch.Tensor = traced.matmul(a, b, list(config or ()))
+        return result
     _check("matmul", a, b, 2)
     return _run(a.unsqueeze(0), b.unsqueeze(0), config, autotune).squeeze(0)
 
@@ -228,7 +234,12 @@ def matmul(
 def bmm(
     a: torch.Tensor, b: torch.Tensor, *, config: MatmulConfig | tuple[int, ...] | None = None, autotune: bool = False
 ) -> torch.Tensor:
-    """a[i] · b[i] for 3-D a `[B, M, K]` and b `[B, K, N]`; otherwise as `matmul`."""
+    """a[i] · b[i] for 3-D a `[B, M, K]` and b `[B, K, N]`; otherwise as `matmul`
+    (traced: torch.ops.tilegym_cutile_rs.bmm)."""
+    traced = _op.traced_or_fake(a, b)
+    if traced is not None:
+        result: torch.Tensor = traced.bmm(a, b, list(config or ()))
+        return result
     _check("bmm", a, b, 3)
     return _run(a, b, config, autotune)
 
@@ -257,6 +268,10 @@ def _tilegym_matmul(
     _op.ignore_kwargs("matmul", kwargs, _TILEGYM_KWARGS)
     _require_tensors("matmul", a, b)
     a2, b2 = (a.t() if trans_a else a), (b.t() if trans_b else b)
+    traced = _op.traced_or_fake(a2, b2)
+    if traced is not None:  # traced: the kernel choice is the heuristic's
+        result: torch.Tensor = traced.matmul(a2, b2, [])
+        return result
     _check("matmul", a2, b2, 2)
     return _run(a2.unsqueeze(0), b2.unsqueeze(0), None, False, static_persistent).squeeze(0)
 
@@ -274,6 +289,10 @@ def _tilegym_bmm(
     _op.ignore_kwargs("bmm", kwargs, _TILEGYM_KWARGS)
     _require_tensors("bmm", a, b)
     a3, b3 = (a.transpose(-1, -2) if transpose_a else a), (b.transpose(-1, -2) if transpose_b else b)
+    traced = _op.traced_or_fake(a3, b3)
+    if traced is not None:
+        result: torch.Tensor = traced.bmm(a3, b3, [])
+        return result
     _check("bmm", a3, b3, 3)
     return _run(a3, b3, None, False, static_persistent)
 
@@ -301,6 +320,59 @@ def _smoke(device: torch.device) -> str:
     bound = 2.0**-7 * ref.abs().max().item()  # rounding the result to bfloat16, with a 2x margin
     assert c.shape == (100, 90) and err <= bound, f"max abs error {err:.2e} vs float32 torch (bound {bound:.2e})"
     return f"matmul max abs error {err:.2e} vs float32 torch (bound {bound:.2e})"
+
+
+def _op_matmul(a: torch.Tensor, b: torch.Tensor, config: list[int]) -> torch.Tensor:
+    import torch
+
+    with torch.no_grad():  # the operator's autograd formula is registered on it
+        return matmul(a, b, config=tuple(config) or None)
+
+
+def _op_bmm(a: torch.Tensor, b: torch.Tensor, config: list[int]) -> torch.Tensor:
+    import torch
+
+    with torch.no_grad():
+        return bmm(a, b, config=tuple(config) or None)
+
+
+def _fake_product(op: str, ndim: int) -> Callable[[torch.Tensor, torch.Tensor, list[int]], torch.Tensor]:
+    def fake(a: torch.Tensor, b: torch.Tensor, config: list[int]) -> torch.Tensor:
+        import torch
+
+        if a.dim() != ndim or b.dim() != ndim or a.shape[-1] != b.shape[-2] or a.shape[:-2] != b.shape[:-2]:
+            raise ValueError(f"{op}: a {tuple(a.shape)} and b {tuple(b.shape)} are not {ndim}-D operands that chain")
+        if a.dtype not in (torch.float16, torch.bfloat16, torch.float32) or b.dtype != a.dtype:
+            raise TypeError(f"{op} supports {', '.join(SUPPORTED)} operands of one dtype; got {a.dtype} and {b.dtype}")
+        return torch.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype, device=a.device)
+
+    return fake
+
+
+def _setup_product(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    ctx.save_for_backward(inputs[0], inputs[1])
+
+
+def _backward_product(ctx: Any, dc: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+    """dA = dC · Bᵀ and dB = Aᵀ · dC through the same operator, the transposes as views."""
+    import torch
+
+    a, b = ctx.saved_tensors
+    product = getattr(torch.ops, _op.NAMESPACE).matmul if a.dim() == 2 else getattr(torch.ops, _op.NAMESPACE).bmm
+    da = product(dc, b.transpose(-1, -2), []) if ctx.needs_input_grad[0] else None
+    db = product(a.transpose(-1, -2), dc, []) if ctx.needs_input_grad[1] else None
+    return da, db, None
+
+
+TORCH_OPS = (
+    _op.TorchOp(
+        "matmul", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_matmul, _fake_product("matmul", 2),
+        _backward_product, _setup_product,
+    ),
+    _op.TorchOp(
+        "bmm", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_bmm, _fake_product("bmm", 3), _backward_product, _setup_product
+    ),
+)
 
 
 # Shapes whose kernels the wheel ships compiled (_shipped). TileGym 1.5.1's tests/ops/test_matmul.py:
@@ -345,5 +417,6 @@ def _shipped(device: torch.device) -> None:
 
 
 OP = _op.OpSpec(
-    "matmul", tilegym={"matmul": _tilegym_matmul, "bmm": _tilegym_bmm}, warmup=_warmup, smoke=_smoke, shipped=_shipped
+    "matmul", tilegym={"matmul": _tilegym_matmul, "bmm": _tilegym_bmm}, warmup=_warmup, smoke=_smoke, shipped=_shipped,
+    torch_ops=TORCH_OPS,
 )

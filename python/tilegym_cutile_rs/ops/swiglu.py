@@ -200,7 +200,11 @@ def swiglu(
     The kernel runs on the current stream without blocking the host (CUDA-graph
     capturable). Gradients flow to a and b through our backward kernel.
     `config=SwigluConfig(block_m, block_n, occupancy, warps)` or `autotune=True` as for softmax.
+    Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.swiglu.
     """
+    if _op.is_compiling():
+        result: torch.Tensor = _op.torch_ops().swiglu(a, b, list(config or ()))
+        return result
     if not (autotune or config is not None):
         # The per-call fast path: plain tensors of a layout seen before on this thread, no autograd.
         try:
@@ -216,6 +220,9 @@ def swiglu(
             return y
     import torch
 
+    if _op.fake(a, b):
+        on_fake: torch.Tensor = _op.register_torch_ops().swiglu(a, b, list(config or ()))
+        return on_fake
     _check_inputs("swiglu", a, b)
     if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
         with_grad: torch.Tensor = _autograd_functions()[0].apply(a, b, config, autotune)
@@ -259,7 +266,18 @@ def silu_and_mul(
     it must not overlap x; a non-contiguous `out` is filled from a contiguous result)
     and returned; it does not take gradients, as torch's `out=` functions do not.
     Gradients flow to x through our backward kernel, which writes dx once.
+    Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.silu_and_mul,
+    and silu_and_mul_out with out=.
     """
+    traced = _op.traced()
+    if traced is None and _op.fake(x, out):
+        traced = _op.register_torch_ops()
+    if traced is not None:
+        if out is None:
+            result: torch.Tensor = traced.silu_and_mul(x, list(config or ()))
+            return result
+        traced.silu_and_mul_out(x, out, list(config or ()))
+        return out
     import torch
 
     _check_inputs("silu_and_mul", x)
@@ -339,6 +357,145 @@ def _smoke(device: torch.device) -> str:
     return f"silu_and_mul max abs error {err:.2e}, gradient {grad_err:.2e} vs torch"
 
 
+def _grads(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """da and db of silu(a) * b for the upstream gradient dy, by our backward kernel."""
+    import torch
+
+    h = a.shape[-1] if a.dim() else 1
+    m = a.numel() // max(h, 1)
+    a2, b2 = _rows(a, m, h), _rows(b, m, h)
+    planes = torch.empty((2, m, h), dtype=a.dtype, device=a.device)  # da, db
+    if a2.numel():
+        index = _op.device_index(a2)
+        _device.prepare(index)
+        _backward(dy, a2, b2, planes.permute(1, 0, 2), _choose(a2, index, None, False))
+    return planes[0].view(a.shape), planes[1].view(a.shape)
+
+
+def _op_swiglu(a: torch.Tensor, b: torch.Tensor, config: list[int]) -> torch.Tensor:
+    import torch
+
+    with torch.no_grad():  # the operator's autograd formula is registered on it
+        return swiglu(a, b, config=tuple(config) or None)
+
+
+def _fake_swiglu(a: torch.Tensor, b: torch.Tensor, config: list[int]) -> torch.Tensor:
+    import torch
+
+    _check_fake("swiglu", a, b)
+    return torch.empty(a.shape, dtype=a.dtype, device=a.device)
+
+
+def _check_fake(op: str, *tensors: torch.Tensor) -> None:
+    """The checks of _check_inputs that hold for fake tensors (all but the device type)."""
+    import torch
+
+    first = tensors[0]
+    if first.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"{op} supports {', '.join(SUPPORTED)}; got {first.dtype}. Cast it, e.g. x.float()")
+    for t in tensors[1:]:
+        if t.shape != first.shape or t.dtype != first.dtype or t.device != first.device:
+            raise ValueError(f"{op}: a and b must match in shape, dtype and device; got {first} and {t}")
+
+
+def _setup_swiglu(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    ctx.save_for_backward(inputs[0], inputs[1])
+
+
+def _backward_swiglu(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+    import torch
+
+    a, b = ctx.saved_tensors
+    da, db = getattr(torch.ops, _op.NAMESPACE).swiglu_backward(dy, a, b)
+    return da, db, None
+
+
+def _op_swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _grads(dy, a, b)
+
+
+def _fake_swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    _check_fake("swiglu backward", a, b, dy)
+    return torch.empty(a.shape, dtype=a.dtype, device=a.device), torch.empty(a.shape, dtype=a.dtype, device=a.device)
+
+
+def _halves_shape(x: torch.Tensor) -> tuple[int, ...]:
+    if x.dim() == 0 or x.shape[-1] % 2:
+        raise ValueError(f"silu_and_mul needs an even last dim [..., 2H]; x has shape {tuple(x.shape)}")
+    return (*x.shape[:-1], x.shape[-1] // 2)
+
+
+def _op_silu_and_mul(x: torch.Tensor, config: list[int]) -> torch.Tensor:
+    import torch
+
+    with torch.no_grad():
+        return silu_and_mul(x, config=tuple(config) or None)
+
+
+def _fake_silu_and_mul(x: torch.Tensor, config: list[int]) -> torch.Tensor:
+    import torch
+
+    _check_fake("silu_and_mul", x)
+    return torch.empty(_halves_shape(x), dtype=x.dtype, device=x.device)
+
+
+def _op_silu_and_mul_out(x: torch.Tensor, out: torch.Tensor, config: list[int]) -> None:
+    silu_and_mul(x, out, config=tuple(config) or None)
+
+
+def _fake_silu_and_mul_out(x: torch.Tensor, out: torch.Tensor, config: list[int]) -> None:
+    _check_fake("silu_and_mul", x)
+    if tuple(out.shape) != _halves_shape(x) or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(f"out must be a {x.dtype} tensor of shape {_halves_shape(x)} on {x.device}; got {out}")
+
+
+def _setup_silu_and_mul(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    ctx.save_for_backward(inputs[0])
+
+
+def _backward_silu_and_mul(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None]:
+    import torch
+
+    (x,) = ctx.saved_tensors
+    return getattr(torch.ops, _op.NAMESPACE).silu_and_mul_backward(dy, x), None
+
+
+def _op_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    h2 = x.shape[-1]
+    m, h = x.numel() // max(h2, 1), h2 // 2
+    x2 = _rows(x, m, h2)
+    dx = torch.empty((m, 2 * h), dtype=x.dtype, device=x.device)
+    if x2.numel():
+        index = _op.device_index(x2)
+        _device.prepare(index)
+        _backward(dy, x2[:, :h], x2[:, h:], dx.view(m, 2, h), _choose(x2[:, :h], index, None, False))
+    return dx.view(x.shape)
+
+
+def _fake_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    if tuple(dy.shape) != _halves_shape(x):
+        raise ValueError(f"silu_and_mul backward: dy has shape {tuple(dy.shape)}, x {tuple(x.shape)}")
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+TORCH_OPS = (
+    _op.TorchOp("swiglu", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_swiglu, _fake_swiglu, _backward_swiglu, _setup_swiglu),
+    _op.TorchOp("swiglu_backward", "(Tensor dy, Tensor a, Tensor b) -> (Tensor, Tensor)", _op_swiglu_backward, _fake_swiglu_backward),
+    _op.TorchOp(
+        "silu_and_mul", "(Tensor x, int[] config) -> Tensor", _op_silu_and_mul, _fake_silu_and_mul,
+        _backward_silu_and_mul, _setup_silu_and_mul,
+    ),
+    _op.TorchOp("silu_and_mul_out", "(Tensor x, Tensor(a!) out, int[] config) -> ()", _op_silu_and_mul_out, _fake_silu_and_mul_out),
+    _op.TorchOp("silu_and_mul_backward", "(Tensor dy, Tensor x) -> Tensor", _op_silu_and_mul_backward, _fake_silu_and_mul_backward),
+)
+
+
 # Shapes whose kernels the wheel ships compiled (_shipped), as (rows, H, dtype), forward and backward.
 # TileGym 1.5.1's tests/ops/test_swiglu.py (rows = batch * seq; float32 unless the test says)...
 SHIPPED_SWIGLU = [
@@ -390,4 +547,5 @@ OP = _op.OpSpec(
     warmup=_warmup,
     smoke=_smoke,
     shipped=_shipped,
+    torch_ops=TORCH_OPS,
 )

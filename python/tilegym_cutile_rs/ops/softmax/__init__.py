@@ -113,8 +113,12 @@ def softmax(
     earlier for this device, dtype and shape class (kept in the kernel cache
     directory), else the shape heuristic. `autotune=True` (or
     TILEGYM_CUTILE_RS_AUTOTUNE=1) tunes a shape class on its first call.
-    Gradients flow (backward computed by torch).
+    Gradients flow (backward computed by torch). Under torch.compile and torch.export, and
+    for fake tensors, the call is the operator torch.ops.tilegym_cutile_rs.softmax.
     """
+    if _op.is_compiling():
+        result: torch.Tensor = _op.torch_ops().softmax(x, dim, list(config or ()))
+        return result
     plan_key = None
     if config is None and not autotune:
         # The per-call fast path: a plain tensor of a shape seen before on this thread, no autograd.
@@ -135,6 +139,9 @@ def softmax(
                 return y
     import torch
 
+    if _op.fake(x):
+        on_fake: torch.Tensor = _op.register_torch_ops().softmax(x, dim, list(config or ()))
+        return on_fake
     if type(x) is not torch.Tensor:
         plan_key = None  # plans are for plain tensors only
     _device.check_cuda_tensor(x, "softmax")
@@ -217,4 +224,39 @@ def _shipped(device: torch.device) -> None:
         _warmup((m, n), getattr(torch, dtype), device, False)
 
 
-OP = _op.OpSpec("softmax", tilegym={"softmax": _tilegym_softmax}, warmup=_warmup, smoke=_smoke, shipped=_shipped)
+def _op_softmax(x: torch.Tensor, dim: int, config: list[int]) -> torch.Tensor:
+    import torch
+
+    with torch.no_grad():  # the operator's autograd formula is registered on it
+        return softmax(x, dim, config=tuple(config) or None)
+
+
+def _fake_softmax(x: torch.Tensor, dim: int, config: list[int]) -> torch.Tensor:
+    import torch
+
+    ndim = max(x.dim(), 1)
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"dim {dim} is out of range for a tensor with {x.dim()} dims")
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"softmax supports {', '.join(SUPPORTED)}; x is {x.dtype}")
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)  # a new contiguous tensor
+
+
+def _setup_softmax(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    ctx.save_for_backward(output)
+    ctx.dim = inputs[1]
+
+
+def _backward_softmax(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    (y,) = ctx.saved_tensors
+    y32, dy32 = y.float(), dy.float()
+    return (y32 * (dy32 - (dy32 * y32).sum(dim=ctx.dim, keepdim=True))).to(y.dtype), None, None
+
+
+TORCH_OPS = (
+    _op.TorchOp("softmax", "(Tensor x, int dim, int[] config) -> Tensor", _op_softmax, _fake_softmax, _backward_softmax, _setup_softmax),
+)
+
+OP = _op.OpSpec(
+    "softmax", tilegym={"softmax": _tilegym_softmax}, warmup=_warmup, smoke=_smoke, shipped=_shipped, torch_ops=TORCH_OPS
+)
