@@ -73,7 +73,6 @@ def test_backward_takes_both_gradient_layouts_and_an_empty_problem_launches_noth
         (lambda: tilegym_cutile_rs.swiglu([1.0], torch.randn(4, 8)), TypeError, "torch.Tensor"),
         (lambda: tilegym_cutile_rs.swiglu(torch.randn(4, 8), None), TypeError, "torch.Tensor"),
         (lambda: tilegym_cutile_rs.silu_and_mul(torch.randn(4, 8)), ValueError, "CUDA tensors"),
-        (lambda: tilegym_cutile_rs.silu_and_mul(torch.empty(4, 8, device="meta")), ValueError, "CUDA tensors"),
         (lambda: tilegym_cutile_rs.silu_and_mul("x"), TypeError, "torch.Tensor"),
     ],
 )
