@@ -9,6 +9,9 @@ script owns ($TILEGYM_CUTILE_RS_CACHE_DIR), so "cold" really is empty. Prints:
 - a sweep of 50 shapes and dtypes in one process, cold then warm: total time,
   tileiras runs (the warm sweep must run none) and warm starts (kernels loaded from
   the cache's warm-start index, no lowering; crates/ops/src/warm_start.rs);
+- the first call of a shipped shape of each op with no toolchain to find (the pip kit
+  hidden, no toolchain variables) and the kernel cache off: every kernel comes from the
+  wheel's shipped kernels (docs/design.md, "Shipped kernels");
 - cuTile Python's first call through TileGym with its own cache off, when installed.
 """
 
@@ -48,6 +51,34 @@ torch.cuda.synchronize()
 from tilegym_cutile_rs import _cache
 stats = _cache.stats()
 print(json.dumps({"s": time.perf_counter() - t0, "tileiras_runs": stats["tileiras_runs"], "warm_starts": stats["warm_starts"]}))
+"""
+
+# One shipped shape per op, with the call that makes it; the inputs exist before the clock starts.
+SHIPPED_CALLS = {
+    "softmax 8192x4096 bf16": ("x = torch.randn(8192, 4096, device='cuda', dtype=torch.bfloat16)", "t.softmax(x)"),
+    "silu_and_mul 4096x(2x14336) bf16": ("x = torch.randn(4096, 28672, device='cuda', dtype=torch.bfloat16)", "t.silu_and_mul(x)"),
+    "matmul 4096^3 bf16": (
+        "a = torch.randn(4096, 4096, device='cuda', dtype=torch.bfloat16); b = torch.randn_like(a)", "t.matmul(a, b)"),
+    "attention_sink decode 1x10919, 8x8 heads, D 64, bf16": (
+        "q = torch.randn(1, 1, 8, 8, 64, device='cuda', dtype=torch.bfloat16); "
+        "k = torch.randn(1, 10919, 8, 64, device='cuda', dtype=torch.bfloat16); s = torch.randn(64, device='cuda', dtype=torch.bfloat16)",
+        "t.attention_sink(q, k, k, s, 0.125, None, 10918)"),
+}
+
+SHIPPED = """
+import json, sys, time, torch
+{setup}
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+from tilegym_cutile_rs import _toolchain
+_toolchain._from_pip = lambda: None  # no toolchain to find
+import tilegym_cutile_rs as t
+{call}
+torch.cuda.synchronize()
+ms = (time.perf_counter() - t0) * 1e3
+from tilegym_cutile_rs import cache
+stats = cache.stats()
+print(json.dumps({{"ms": ms, "tileiras_runs": stats["tileiras_runs"], "shipped": stats["shipped"]}}))
 """
 
 CUTILE_PYTHON = """
@@ -102,6 +133,15 @@ def main() -> None:
             st = r.get("stages", {})
             print(f"| {label} | {r['s']:.2f} | {st.get('stage1_ms', 0) / 1e3:.2f} | {st.get('stage2_ms', 0) / 1e3:.2f} | "
                   f"{st.get('stage3_ms', 0) / 1e3:.2f} | {r['tileiras_runs']} | {r['warm_starts']} |")
+        hidden = ("CUTILE_TILEIRAS_PATH", "CUDA_TOOLKIT_PATH", "CUDA_HOME")
+        bare = {k: v for k, v in os.environ.items() if k not in hidden}
+        bare["PATH"] = os.pathsep.join(p for p in bare.get("PATH", "").split(os.pathsep) if "nvidia" not in p and "cuda" not in p)
+        bare["TILEGYM_CUTILE_RS_CACHE_DIR"] = "off"
+        print("\n| first call of a shipped shape, fresh process, no toolchain, cache off | ms | tileiras runs | shipped kernels loaded |")
+        print("| --- | --- | --- | --- |")
+        for label, (setup, call) in SHIPPED_CALLS.items():
+            r = run(SHIPPED.format(setup=setup, call=call), bare)
+            print(f"| {label} | {r['ms']:.0f} | {r['tileiras_runs']} | {r['shipped']} |")
         try:
             ct = run(CUTILE_PYTHON, {**os.environ, "CUDA_TILE_CACHE_DIR": "0"})
             print(f"\ncuTile Python (TileGym backend cutile, its cache off) first call: {ct['ms']:.0f} ms")

@@ -17,10 +17,7 @@ ToolchainError naming the kernel, the architecture and `pip install
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +104,9 @@ def describe_op(name: str, t: Target) -> None:
 def build(out: Path, archs: Sequence[str], jobs: int) -> dict[str, Any]:
     """Describe every op's shipped shapes for each of `archs`, compile the kernels they
     take with `jobs` threads into `out/<arch>/`, and write `out/index.json`."""
+    import json
+    import time
+
     from . import _library, _op, _toolchain
 
     toolchain = _toolchain.configure()
@@ -138,6 +138,8 @@ def build(out: Path, archs: Sequence[str], jobs: int) -> dict[str, Any]:
 
 
 def _sha256(path: Path) -> str:
+    import hashlib
+
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -149,6 +151,8 @@ def directory() -> Path:
 
 def index(root: Path | None = None) -> dict[str, Any] | None:
     """The shipped kernels' index, or None when this build ships none."""
+    import json
+
     path = (root or directory()) / INDEX
     try:
         data: dict[str, Any] = json.loads(path.read_text())
