@@ -1,0 +1,67 @@
+"""What a torch operator call costs by registration route, the choice behind docs/design.md,
+"Torch operators"; and the check every eager call of ours pays.
+
+    python benchmarks/torch_op_bench.py [--calls N]
+
+Two operators with the same trivial CPU kernel (returns a new empty tensor like its input,
+as our kernels allocate their output), one defined through
+`torch.library.Library` (define/impl, as vLLM's direct_register_custom_op and as we do),
+one through `torch.library.custom_op`, each called through `torch.ops`, eagerly, as a
+compiled graph's extern call would. Then the calls our eager path makes instead:
+`tilegym_cutile_rs._op.is_compiling()` and, for scale, a bare Python function call.
+Needs no GPU. Prints microseconds per call (median of 7 rounds) and the ratio to the
+Library route.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def per_call(fn: Callable[[], Any], calls: int) -> float:
+    rounds = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        rounds.append((time.perf_counter() - t0) / calls)
+    return statistics.median(rounds) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=20000)
+    args = parser.parse_args()
+
+    lib = torch.library.Library("tilegym_bench", "FRAGMENT")  # type: ignore[no-untyped-call]
+    lib.define("direct(Tensor x) -> Tensor")
+    lib.impl("direct", torch.empty_like, "CPU")
+
+    @torch.library.custom_op("tilegym_bench::wrapped", mutates_args=())  # type: ignore[misc]
+    def wrapped(x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    from tilegym_cutile_rs import _op
+
+    x = torch.empty(4)
+    rows = [
+        ("torch.library.Library define/impl (ours)", per_call(lambda: torch.ops.tilegym_bench.direct(x), args.calls)),
+        ("torch.library.custom_op", per_call(lambda: torch.ops.tilegym_bench.wrapped(x), args.calls)),
+        ("our eager check, _op.is_compiling()", per_call(_op.is_compiling, args.calls)),
+        ("a bare Python call (lambda: None)", per_call(lambda: None, args.calls)),
+    ]
+    base = rows[0][1]
+    print("| call | us per call | vs Library route |")
+    print("| --- | --- | --- |")
+    for name, us in rows:
+        print(f"| {name} | {us:.2f} | {us / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
