@@ -10,13 +10,7 @@ use cutile_ops::softmax::ffi::cutile_softmax;
 use std::ffi::CString;
 
 fn view(m: i64, n: i64) -> TensorDesc {
-    TensorDesc {
-        ptr: 1 << 40,
-        ndim: 2,
-        shape: [m, n, 0, 0, 0],
-        strides: [n, 1, 0, 0, 0],
-        dtype: CUTILE_DTYPE_BF16,
-    }
+    TensorDesc { ptr: 1 << 40, ndim: 2, shape: [m, n, 0, 0, 0], strides: [n, 1, 0, 0, 0], dtype: CUTILE_DTYPE_BF16 }
 }
 
 /// Describes one softmax launch of `[m, n]` bfloat16 with tiles `[block_m, block_n]` for `arch`.
