@@ -346,7 +346,7 @@ def register_torch_ops() -> Any:
 
     global _torch_library, is_compiling
     is_compiling = torch.compiler.is_compiling
-    namespace = getattr(torch.ops, NAMESPACE)
+    namespace = torch_ops()
     with _torch_lock:
         for spec in ops().values():
             for op in spec.torch_ops:

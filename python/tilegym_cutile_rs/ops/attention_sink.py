@@ -163,6 +163,13 @@ def _check(query: Any, key: Any, value: Any, sinks: Any) -> tuple[int, int, int,
             raise TypeError(f"attention_sink: {name} must be a torch.Tensor, got {type(t).__name__}")
     for name, t in (("query", query), ("key", key), ("value", value), ("sinks", sinks)):
         _device.check_cuda_tensor(t, f"attention_sink ({name})")
+    return _check_shapes(query, key, value, sinks)
+
+
+def _check_shapes(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor) -> tuple[int, int, int, int, int, int]:
+    """The checks of `_check` that need no data (the fake implementation makes them too)."""
+    import torch
+
     if query.dim() != 5:
         raise ValueError(f"query must be (B, S_q, H_kv, G, D), got {query.dim()} dims {tuple(query.shape)}")
     if key.dim() != 4 or value.dim() != 4:
@@ -445,14 +452,7 @@ def _fake_attention_sink(
 ) -> torch.Tensor:
     import torch
 
-    if query.dim() != 5 or key.dim() != 4 or value.shape != key.shape:
-        raise ValueError(f"attention_sink takes query (B, S_q, H_kv, G, D) and key/value (B, S_kv, H_kv, D); got "
-                         f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
-    b, s_q, h_kv, group, d = query.shape
-    if key.shape[0] != b or key.shape[2] != h_kv or key.shape[3] != d or sinks.shape != (h_kv * group,):
-        raise ValueError(f"attention_sink: query {tuple(query.shape)}, key {tuple(key.shape)} and sinks {tuple(sinks.shape)} do not match")
-    if query.dtype not in (torch.float16, torch.bfloat16) or key.dtype != query.dtype or value.dtype != query.dtype:
-        raise TypeError(f"attention_sink takes float16 or bfloat16 query, key and value of one dtype; got {query.dtype}")
+    b, s_q, _, h_kv, group, d = _check_shapes(query, key, value, sinks)
     return torch.empty((b, s_q, h_kv * group * d), dtype=query.dtype, device=query.device)
 
 

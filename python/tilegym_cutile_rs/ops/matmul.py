@@ -152,11 +152,17 @@ def _require_tensors(op: str, a: Any, b: Any) -> None:
 
 
 def _check(op: str, a: Any, b: Any, ndim: int) -> None:
-    import torch
-
     _require_tensors(op, a, b)
     for t in (a, b):
         _device.check_cuda_tensor(t, op)
+    _check_operands(op, a, b, ndim)
+
+
+def _check_operands(op: str, a: torch.Tensor, b: torch.Tensor, ndim: int) -> None:
+    """The checks that need no data (the fake implementations make them too): one device,
+    a supported dtype for both, `ndim`-D operands that chain."""
+    import torch
+
     if a.device != b.device:
         raise ValueError(f"{op}: a is on {a.device} and b on {b.device}; move them to one device")
     if a.dtype not in (torch.float16, torch.bfloat16, torch.float32):
@@ -340,10 +346,7 @@ def _fake_product(op: str, ndim: int) -> Callable[[torch.Tensor, torch.Tensor, l
     def fake(a: torch.Tensor, b: torch.Tensor, config: list[int]) -> torch.Tensor:
         import torch
 
-        if a.dim() != ndim or b.dim() != ndim or a.shape[-1] != b.shape[-2] or a.shape[:-2] != b.shape[:-2]:
-            raise ValueError(f"{op}: a {tuple(a.shape)} and b {tuple(b.shape)} are not {ndim}-D operands that chain")
-        if a.dtype not in (torch.float16, torch.bfloat16, torch.float32) or b.dtype != a.dtype:
-            raise TypeError(f"{op} supports {', '.join(SUPPORTED)} operands of one dtype; got {a.dtype} and {b.dtype}")
+        _check_operands(op, a, b, ndim)
         return torch.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype, device=a.device)
 
     return fake
@@ -355,10 +358,8 @@ def _setup_product(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> N
 
 def _backward_product(ctx: Any, dc: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
     """dA = dC · Bᵀ and dB = Aᵀ · dC through the same operator, the transposes as views."""
-    import torch
-
     a, b = ctx.saved_tensors
-    product = getattr(torch.ops, _op.NAMESPACE).matmul if a.dim() == 2 else getattr(torch.ops, _op.NAMESPACE).bmm
+    product = _op.torch_ops().matmul if a.dim() == 2 else _op.torch_ops().bmm
     da = product(dc, b.transpose(-1, -2), []) if ctx.needs_input_grad[0] else None
     db = product(a.transpose(-1, -2), dc, []) if ctx.needs_input_grad[1] else None
     return da, db, None

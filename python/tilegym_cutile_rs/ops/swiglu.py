@@ -96,11 +96,38 @@ def _launch_backward(
     _op.call("swiglu backward", BACKWARD, (*_op.tensor_descs(dg, dy2, a2, b2), *config), index, what)
 
 
-def _backward(dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, dg: torch.Tensor, config: SwigluConfig) -> None:
-    """da and db of silu(a2) * b2 into `dg`, an `[M, 2, H]` view (da at [:, 0], db at [:, 1])."""
+def _backward(dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, dg: torch.Tensor, config: SwigluConfig | None) -> None:
+    """da and db of silu(a2) * b2 into `dg`, an `[M, 2, H]` view (da at [:, 0], db at [:, 1]).
+    `config`: the forward's, or None for the heuristic's (the torch operator's backward runs
+    without the forward's state)."""
     m, h = a2.shape
     if m and h:
-        _launch_backward(dg, _rows(dy, m, h), a2, b2, config, _op.device_index(a2))
+        index = _op.device_index(a2)
+        if config is None:
+            _device.prepare(index)
+            config = _choose(a2, index, None, False)
+        _launch_backward(dg, _rows(dy, m, h), a2, b2, config, index)
+
+
+def _swiglu_grads(
+    dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: SwigluConfig | None, shape: torch.Size
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """da and db, as tensors of `shape`, from one backward launch into two planes."""
+    import torch
+
+    planes = torch.empty((2, *a2.shape), dtype=a2.dtype, device=a2.device)  # da, db
+    _backward(dy, a2, b2, planes.permute(1, 0, 2), config)
+    return planes[0].view(shape), planes[1].view(shape)
+
+
+def _silu_and_mul_grad(dy: torch.Tensor, x2: torch.Tensor, config: SwigluConfig | None, shape: torch.Size) -> torch.Tensor:
+    """dx of silu_and_mul on the `[M, 2H]` rows x2, as a tensor of `shape`, written once."""
+    import torch
+
+    m, h = x2.shape[0], x2.shape[1] // 2
+    dx = torch.empty((m, 2 * h), dtype=x2.dtype, device=x2.device)
+    _backward(dy, x2[:, :h], x2[:, h:], dx.view(m, 2, h), config)
+    return dx.view(shape)
 
 
 def _check_inputs(op: str, *tensors: torch.Tensor) -> None:
@@ -111,6 +138,14 @@ def _check_inputs(op: str, *tensors: torch.Tensor) -> None:
             raise TypeError(f"{op} takes torch.Tensor arguments, got {type(t).__name__}")
     for t in tensors:
         _device.check_cuda_tensor(t, op)
+    _check_alike(op, *tensors)
+
+
+def _check_alike(op: str, *tensors: torch.Tensor) -> None:
+    """The checks that need no data (the fake implementations make them too): a supported
+    dtype, and one shape, dtype and device for all."""
+    import torch
+
     first = tensors[0]
     if first.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"{op} supports {', '.join(SUPPORTED)}; got {first.dtype}. Cast it, e.g. x.float()")
@@ -154,10 +189,7 @@ def _autograd_functions() -> tuple[Any, Any]:
         @staticmethod
         def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:
             a2, b2 = ctx.saved_tensors
-            m, h = a2.shape
-            planes = torch.empty((2, m, h), dtype=a2.dtype, device=a2.device)  # da, db
-            _backward(dy, a2, b2, planes.permute(1, 0, 2), ctx.config)
-            return planes[0].view(ctx.shape), planes[1].view(ctx.shape), None, None
+            return (*_swiglu_grads(dy, a2, b2, ctx.config, ctx.shape), None, None)
 
     class SiluAndMul(torch.autograd.Function):
         """silu_and_mul on two views of x; the backward writes dx once, both halves."""
@@ -176,10 +208,7 @@ def _autograd_functions() -> tuple[Any, Any]:
         @staticmethod
         def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None, None]:
             (x2,) = ctx.saved_tensors
-            m, h = x2.shape[0], x2.shape[1] // 2
-            dx = torch.empty((m, 2 * h), dtype=x2.dtype, device=x2.device)
-            _backward(dy, x2[:, :h], x2[:, h:], dx.view(m, 2, h), ctx.config)
-            return dx.view(ctx.shape), None, None
+            return _silu_and_mul_grad(dy, x2, ctx.config, ctx.shape), None, None
 
     return Swiglu, SiluAndMul
 
@@ -281,19 +310,12 @@ def silu_and_mul(
     import torch
 
     _check_inputs("silu_and_mul", x)
-    if x.dim() == 0 or x.shape[-1] % 2:
-        size = x.shape[-1] if x.dim() else "a 0-d tensor"
-        raise ValueError(f"silu_and_mul needs an even last dim [..., 2H]; x has {size}. Pass both halves, gate first")
-    h = x.shape[-1] // 2
-    shape = (*x.shape[:-1], h)
+    shape = _halves_shape(x)
+    h = shape[-1]
     if out is not None:
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
-        if tuple(out.shape) != shape or out.dtype != x.dtype or out.device != x.device:
-            raise ValueError(
-                f"out must be a {x.dtype} tensor of shape {shape} on {x.device}; "
-                f"got {out.dtype} {tuple(out.shape)} on {out.device}"
-            )
+        _check_out(x, out, shape)
         if _overlaps(out, x):
             raise ValueError("out overlaps x: silu_and_mul would read what it writes. Pass a separate out tensor")
         if torch.is_grad_enabled() and (x.requires_grad or out.requires_grad):
@@ -357,21 +379,6 @@ def _smoke(device: torch.device) -> str:
     return f"silu_and_mul max abs error {err:.2e}, gradient {grad_err:.2e} vs torch"
 
 
-def _grads(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """da and db of silu(a) * b for the upstream gradient dy, by our backward kernel."""
-    import torch
-
-    h = a.shape[-1] if a.dim() else 1
-    m = a.numel() // max(h, 1)
-    a2, b2 = _rows(a, m, h), _rows(b, m, h)
-    planes = torch.empty((2, m, h), dtype=a.dtype, device=a.device)  # da, db
-    if a2.numel():
-        index = _op.device_index(a2)
-        _device.prepare(index)
-        _backward(dy, a2, b2, planes.permute(1, 0, 2), _choose(a2, index, None, False))
-    return planes[0].view(a.shape), planes[1].view(a.shape)
-
-
 def _op_swiglu(a: torch.Tensor, b: torch.Tensor, config: list[int]) -> torch.Tensor:
     import torch
 
@@ -382,20 +389,8 @@ def _op_swiglu(a: torch.Tensor, b: torch.Tensor, config: list[int]) -> torch.Ten
 def _fake_swiglu(a: torch.Tensor, b: torch.Tensor, config: list[int]) -> torch.Tensor:
     import torch
 
-    _check_fake("swiglu", a, b)
+    _check_alike("swiglu", a, b)
     return torch.empty(a.shape, dtype=a.dtype, device=a.device)
-
-
-def _check_fake(op: str, *tensors: torch.Tensor) -> None:
-    """The checks of _check_inputs that hold for fake tensors (all but the device type)."""
-    import torch
-
-    first = tensors[0]
-    if first.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError(f"{op} supports {', '.join(SUPPORTED)}; got {first.dtype}. Cast it, e.g. x.float()")
-    for t in tensors[1:]:
-        if t.shape != first.shape or t.dtype != first.dtype or t.device != first.device:
-            raise ValueError(f"{op}: a and b must match in shape, dtype and device; got {first} and {t}")
 
 
 def _setup_swiglu(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
@@ -403,28 +398,37 @@ def _setup_swiglu(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> No
 
 
 def _backward_swiglu(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
-    import torch
-
     a, b = ctx.saved_tensors
-    da, db = getattr(torch.ops, _op.NAMESPACE).swiglu_backward(dy, a, b)
+    da, db = _op.torch_ops().swiglu_backward(dy, a, b)
     return da, db, None
 
 
 def _op_swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _grads(dy, a, b)
+    h = a.shape[-1] if a.dim() else 1
+    m = a.numel() // max(h, 1)
+    return _swiglu_grads(dy, _rows(a, m, h), _rows(b, m, h), None, a.shape)
 
 
 def _fake_swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
-    _check_fake("swiglu backward", a, b, dy)
+    _check_alike("swiglu backward", a, b, dy)
     return torch.empty(a.shape, dtype=a.dtype, device=a.device), torch.empty(a.shape, dtype=a.dtype, device=a.device)
 
 
 def _halves_shape(x: torch.Tensor) -> tuple[int, ...]:
+    """silu_and_mul's output shape `[..., H]` for x `[..., 2H]`."""
     if x.dim() == 0 or x.shape[-1] % 2:
-        raise ValueError(f"silu_and_mul needs an even last dim [..., 2H]; x has shape {tuple(x.shape)}")
+        size = x.shape[-1] if x.dim() else "a 0-d tensor"
+        raise ValueError(f"silu_and_mul needs an even last dim [..., 2H]; x has {size}. Pass both halves, gate first")
     return (*x.shape[:-1], x.shape[-1] // 2)
+
+
+def _check_out(x: torch.Tensor, out: torch.Tensor, shape: tuple[int, ...]) -> None:
+    if tuple(out.shape) != shape or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(
+            f"out must be a {x.dtype} tensor of shape {shape} on {x.device}; got {out.dtype} {tuple(out.shape)} on {out.device}"
+        )
 
 
 def _op_silu_and_mul(x: torch.Tensor, config: list[int]) -> torch.Tensor:
@@ -437,7 +441,7 @@ def _op_silu_and_mul(x: torch.Tensor, config: list[int]) -> torch.Tensor:
 def _fake_silu_and_mul(x: torch.Tensor, config: list[int]) -> torch.Tensor:
     import torch
 
-    _check_fake("silu_and_mul", x)
+    _check_alike("silu_and_mul", x)
     return torch.empty(_halves_shape(x), dtype=x.dtype, device=x.device)
 
 
@@ -446,9 +450,8 @@ def _op_silu_and_mul_out(x: torch.Tensor, out: torch.Tensor, config: list[int]) 
 
 
 def _fake_silu_and_mul_out(x: torch.Tensor, out: torch.Tensor, config: list[int]) -> None:
-    _check_fake("silu_and_mul", x)
-    if tuple(out.shape) != _halves_shape(x) or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(f"out must be a {x.dtype} tensor of shape {_halves_shape(x)} on {x.device}; got {out}")
+    _check_alike("silu_and_mul", x)
+    _check_out(x, out, _halves_shape(x))
 
 
 def _setup_silu_and_mul(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
@@ -456,24 +459,13 @@ def _setup_silu_and_mul(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor)
 
 
 def _backward_silu_and_mul(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None]:
-    import torch
-
     (x,) = ctx.saved_tensors
-    return getattr(torch.ops, _op.NAMESPACE).silu_and_mul_backward(dy, x), None
+    return _op.torch_ops().silu_and_mul_backward(dy, x), None
 
 
 def _op_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    import torch
-
     h2 = x.shape[-1]
-    m, h = x.numel() // max(h2, 1), h2 // 2
-    x2 = _rows(x, m, h2)
-    dx = torch.empty((m, 2 * h), dtype=x.dtype, device=x.device)
-    if x2.numel():
-        index = _op.device_index(x2)
-        _device.prepare(index)
-        _backward(dy, x2[:, :h], x2[:, h:], dx.view(m, 2, h), _choose(x2[:, :h], index, None, False))
-    return dx.view(x.shape)
+    return _silu_and_mul_grad(dy, _rows(x, x.numel() // max(h2, 1), h2), None, x.shape)
 
 
 def _fake_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -75,6 +75,27 @@ def _forward(x: torch.Tensor, dim: int, config: Any, autotune: bool, plan_key: t
     return y.reshape(x.shape)
 
 
+def _check_args(x: torch.Tensor, dim: Any) -> int:
+    """The checks that need no data (the fake implementation makes them too): a supported
+    dtype and an int dim within x's dims. Returns the dims softmax sees (a 0-d x has one)."""
+    import torch
+
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"softmax supports {', '.join(SUPPORTED)}; x is {x.dtype}. Cast it, e.g. x.float()")
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    ndim = max(x.dim(), 1)
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"dim {dim} is out of range for a tensor with {x.dim()} dims")
+    return ndim
+
+
+def _grad(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tensor:
+    """dx = y * (dy - sum(dy * y)) along dim, in float32, in y's dtype."""
+    y32, dy32 = y.float(), dy.float()
+    return (y32 * (dy32 - (dy32 * y32).sum(dim=dim, keepdim=True))).to(y.dtype)
+
+
 @functools.cache
 def _autograd_function() -> Any:
     import torch
@@ -92,9 +113,7 @@ def _autograd_function() -> Any:
         @staticmethod
         def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
             (y,) = ctx.saved_tensors
-            y32, dy32 = y.float(), dy.float()
-            dx = y32 * (dy32 - (dy32 * y32).sum(dim=ctx.dim, keepdim=True))
-            return dx.to(y.dtype), None, None, None
+            return _grad(y, dy, ctx.dim), None, None, None
 
     return Softmax
 
@@ -145,13 +164,7 @@ def softmax(
     if type(x) is not torch.Tensor:
         plan_key = None  # plans are for plain tensors only
     _device.check_cuda_tensor(x, "softmax")
-    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError(f"softmax supports {', '.join(SUPPORTED)}; x is {x.dtype}. Cast it, e.g. x.float()")
-    if not isinstance(dim, int) or isinstance(dim, bool):
-        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
-    ndim = max(x.dim(), 1)
-    if not -ndim <= dim < ndim:
-        raise IndexError(f"dim {dim} is out of range for a tensor with {x.dim()} dims")
+    ndim = _check_args(x, dim)
     if x.requires_grad and torch.is_grad_enabled():
         with_grad: torch.Tensor = _autograd_function().apply(x, dim % ndim, config, autotune)
         return with_grad
@@ -234,11 +247,7 @@ def _op_softmax(x: torch.Tensor, dim: int, config: list[int]) -> torch.Tensor:
 def _fake_softmax(x: torch.Tensor, dim: int, config: list[int]) -> torch.Tensor:
     import torch
 
-    ndim = max(x.dim(), 1)
-    if not -ndim <= dim < ndim:
-        raise IndexError(f"dim {dim} is out of range for a tensor with {x.dim()} dims")
-    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError(f"softmax supports {', '.join(SUPPORTED)}; x is {x.dtype}")
+    _check_args(x, dim)
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)  # a new contiguous tensor
 
 
@@ -249,8 +258,7 @@ def _setup_softmax(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> N
 
 def _backward_softmax(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None, None]:
     (y,) = ctx.saved_tensors
-    y32, dy32 = y.float(), dy.float()
-    return (y32 * (dy32 - (dy32 * y32).sum(dim=ctx.dim, keepdim=True))).to(y.dtype), None, None
+    return _grad(y, dy, ctx.dim), None, None
 
 
 TORCH_OPS = (
