@@ -199,25 +199,25 @@ pub fn mismatches() -> u64 {
     MISMATCHES.load(Ordering::Relaxed)
 }
 
-/// Counts a first launch whose derived spec disagrees with cutile's resolved key.
-pub(crate) fn compare(spec: &KernelSpec, key: &TileFunctionKey, gpu_name: &str) {
-    if identity(&spec.key(gpu_name)) != identity(key) {
+/// Counts a first launch whose derived spec disagrees with `id`, the [`identity`] of the
+/// key cutile resolved for it.
+pub(crate) fn compare(spec: &KernelSpec, id: Option<[u8; 32]>, gpu_name: &str) {
+    if identity(&spec.key(gpu_name)) != id {
         MISMATCHES.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// The shipped entry's payload for `key` on `gpu_name`, checked, if there is one.
-pub(crate) fn lookup(key: &TileFunctionKey, gpu_name: &str) -> Option<Vec<u8>> {
-    let payload = find(key, gpu_name)?;
+/// The shipped entry's payload for the kernel of identity `id` on `gpu_name`, checked, if there is one.
+pub(crate) fn lookup(id: Option<[u8; 32]>, gpu_name: &str) -> Option<Vec<u8>> {
+    let payload = find(id?, gpu_name)?;
     HITS.fetch_add(1, Ordering::Relaxed);
     Some(payload)
 }
 
-/// The entry file for `key` on `gpu_name`, read and checked: the codec's SHA-256 of the
-/// payload, and the identity and architecture it was written for.
-fn find(key: &TileFunctionKey, gpu_name: &str) -> Option<Vec<u8>> {
+/// The entry file of identity `id` on `gpu_name`, read and checked: the codec's SHA-256 of
+/// the payload, and the identity and architecture it was written for.
+fn find(id: [u8; 32], gpu_name: &str) -> Option<Vec<u8>> {
     let dir = DIR.read().unwrap_or_else(|p| p.into_inner()).clone()?;
-    let id = identity(key)?;
     let bytes = std::fs::read(dir.join(gpu_name).join(hex(&id))).ok()?;
     decode_entry(&bytes, &entry_params(id, gpu_name))
 }
@@ -226,7 +226,10 @@ fn find(key: &TileFunctionKey, gpu_name: &str) -> Option<Vec<u8>> {
 /// shipped entry, and how many there were. What a launch would find, without launching.
 pub(crate) fn resolve() -> (usize, usize) {
     let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|p| p.into_inner()));
-    let found = pending.iter().filter(|(gpu_name, spec)| find(&spec.key(gpu_name), gpu_name).is_some()).count();
+    let found = pending
+        .iter()
+        .filter(|(gpu_name, spec)| identity(&spec.key(gpu_name)).and_then(|id| find(id, gpu_name)).is_some())
+        .count();
     (found, pending.len())
 }
 

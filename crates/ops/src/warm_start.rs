@@ -117,7 +117,8 @@ pub fn launch(
     let gpu_name = get_gpu_name(device);
     let index = cache::installed().then(|| IndexKey::new(&key, device));
     let loaded = contains_cuda_function(&key) || {
-        shipped::compare(spec, &key, &gpu_name);
+        let shipped_id = shipped::identity(&key);
+        shipped::compare(spec, shipped_id, &gpu_name);
         let from_index = index.as_ref().and_then(|index| {
             let bytes = cache::get_index(&index.store_key)?;
             install(&key, device, index, &bytes)
@@ -126,7 +127,7 @@ pub fn launch(
             WARM_STARTS.fetch_add(1, Ordering::Relaxed);
         }
         from_index.is_some()
-            || shipped::lookup(&key, &gpu_name).is_some_and(|p| install_payload(&key, device, &p).is_some())
+            || shipped::lookup(shipped_id, &gpu_name).is_some_and(|p| install_payload(&key, device, &p).is_some())
     };
     if !loaded && !shipped::jit_available() {
         return Err(shipped::no_toolchain(op, spec, &gpu_name));
