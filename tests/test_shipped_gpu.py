@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+from tilegym_cutile_rs import _op
 
 pytestmark = pytest.mark.gpu
 
@@ -36,7 +37,7 @@ def run_without_toolchain(body: str) -> dict[str, object]:
     return result
 
 
-@pytest.mark.parametrize("op", ["softmax", "swiglu", "matmul", "attention_sink"])
+@pytest.mark.parametrize("op", list(_op.ops()))
 def test_each_ops_shipped_shapes_run_with_no_toolchain(op: str) -> None:
     # The very calls the build describes on meta tensors, on the device: every kernel comes
     # from the wheel, and each first launch's derived spec is the key cutile resolved.
