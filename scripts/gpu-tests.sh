@@ -50,6 +50,11 @@ echo "== install from $wheelhouse"
 if compgen -G "$wheelhouse/tilegym-*.whl" >/dev/null; then
   "$python" -m pip install --no-index --find-links "$wheelhouse" --no-deps tilegym cuda-tile
 fi
+# gpt-oss carries OpenAI's Triton attention with sinks, a benchmark peer; its model-serving
+# requirements are not needed for that module.
+if compgen -G "$wheelhouse/gpt_oss-*.whl" >/dev/null; then
+  "$python" -m pip install --no-index --find-links "$wheelhouse" --no-deps gpt-oss
+fi
 
 status=0
 echo "== check"
