@@ -49,7 +49,7 @@ def block(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, wg: torch.Tensor)
 
 
 def weights() -> list[torch.Tensor]:
-    return [(cuda(256, 512) * 0.05).requires_grad_(), (cuda(256, 128) * 0.05).requires_grad_(), (cuda(128, 128) * 0.05).requires_grad_()]
+    return [(cuda(128, 512) * 0.05).requires_grad_(), (cuda(256, 128) * 0.05).requires_grad_(), (cuda(128, 128) * 0.05).requires_grad_()]
 
 
 def test_compile_fullgraph_forward_and_backward_match_eager() -> None:

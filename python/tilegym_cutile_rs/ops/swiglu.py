@@ -109,15 +109,15 @@ def _backward(dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, dg: torch.Te
         _launch_backward(dg, _rows(dy, m, h), a2, b2, config, index)
 
 
-def _swiglu_grads(
+def _swiglu_grad_planes(
     dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: SwigluConfig | None, shape: torch.Size
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """da and db, as tensors of `shape`, from one backward launch into two planes."""
+) -> torch.Tensor:
+    """da and db stacked, `[2, *shape]`, from one backward launch into the two planes."""
     import torch
 
     planes = torch.empty((2, *a2.shape), dtype=a2.dtype, device=a2.device)  # da, db
     _backward(dy, a2, b2, planes.permute(1, 0, 2), config)
-    return planes[0].view(shape), planes[1].view(shape)
+    return planes.view(2, *shape)
 
 
 def _silu_and_mul_grad(dy: torch.Tensor, x2: torch.Tensor, config: SwigluConfig | None, shape: torch.Size) -> torch.Tensor:
@@ -189,7 +189,8 @@ def _autograd_functions() -> tuple[Any, Any]:
         @staticmethod
         def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:
             a2, b2 = ctx.saved_tensors
-            return (*_swiglu_grads(dy, a2, b2, ctx.config, ctx.shape), None, None)
+            da, db = _swiglu_grad_planes(dy, a2, b2, ctx.config, ctx.shape)
+            return da, db, None, None
 
     class SiluAndMul(torch.autograd.Function):
         """silu_and_mul on two views of x; the backward writes dx once, both halves."""
@@ -399,21 +400,21 @@ def _setup_swiglu(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> No
 
 def _backward_swiglu(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
     a, b = ctx.saved_tensors
-    da, db = _op.torch_ops().swiglu_backward(dy, a, b)
+    da, db = _op.torch_ops().swiglu_backward(dy, a, b)  # one stacked tensor: outputs may not alias
     return da, db, None
 
 
-def _op_swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _op_swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     h = a.shape[-1] if a.dim() else 1
     m = a.numel() // max(h, 1)
-    return _swiglu_grads(dy, _rows(a, m, h), _rows(b, m, h), None, a.shape)
+    return _swiglu_grad_planes(dy, _rows(a, m, h), _rows(b, m, h), None, a.shape)
 
 
-def _fake_swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _fake_swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     import torch
 
     _check_alike("swiglu backward", a, b, dy)
-    return torch.empty(a.shape, dtype=a.dtype, device=a.device), torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    return torch.empty((2, *a.shape), dtype=a.dtype, device=a.device)
 
 
 def _halves_shape(x: torch.Tensor) -> tuple[int, ...]:
@@ -478,7 +479,7 @@ def _fake_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tens
 
 TORCH_OPS = (
     _op.TorchOp("swiglu", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_swiglu, _fake_swiglu, _backward_swiglu, _setup_swiglu),
-    _op.TorchOp("swiglu_backward", "(Tensor dy, Tensor a, Tensor b) -> (Tensor, Tensor)", _op_swiglu_backward, _fake_swiglu_backward),
+    _op.TorchOp("swiglu_backward", "(Tensor dy, Tensor a, Tensor b) -> Tensor", _op_swiglu_backward, _fake_swiglu_backward),
     _op.TorchOp(
         "silu_and_mul", "(Tensor x, int[] config) -> Tensor", _op_silu_and_mul, _fake_silu_and_mul,
         _backward_silu_and_mul, _setup_silu_and_mul,
