@@ -397,18 +397,25 @@ def reference(
 
     b, s_q, h_kv, group, d = query.shape
     s_kv = key.shape[1]
-    rows = torch.arange(s_q, device=query.device)[:, None] + start_q
-    cols = torch.arange(s_kv, device=query.device)[None, :]
-    hidden = cols > rows
-    if sliding_window:
-        hidden |= cols <= rows - sliding_window
-    logits = torch.einsum("bqhgd,bkhd->bhgqk", query.float(), key.float()) * sm_scale
-    logits = logits.masked_fill(hidden, float("-inf"))
+    k, v = key.float(), value.float()
     sink = sinks.float().view(1, h_kv, group, 1, 1)
-    top = torch.maximum(logits.amax(-1, keepdim=True), sink)
-    weights = torch.exp(logits - top)
-    weights = weights / (weights.sum(-1, keepdim=True) + torch.exp(sink - top))
-    out = torch.einsum("bhgqk,bkhd->bqhgd", weights, value.float())
+    cols = torch.arange(s_kv, device=query.device)[None, :]
+    out = torch.empty(b, s_q, h_kv, group, d, device=query.device)
+    # Query rows a slice at a time, so the float32 logits stay near 256 MiB at any length
+    # (TileGym's 10820-token prefill would otherwise need three 28 GiB temporaries).
+    chunk = max(1, (256 << 20) // (4 * b * h_kv * group * max(s_kv, 1)))
+    for lo in range(0, s_q, chunk):
+        q = query[:, lo : lo + chunk].float()
+        rows = torch.arange(lo, lo + q.shape[1], device=query.device)[:, None] + start_q
+        hidden = cols > rows
+        if sliding_window:
+            hidden |= cols <= rows - sliding_window
+        logits = torch.einsum("bqhgd,bkhd->bhgqk", q, k) * sm_scale
+        logits = logits.masked_fill(hidden, float("-inf"))
+        top = torch.maximum(logits.amax(-1, keepdim=True), sink)
+        weights = torch.exp(logits - top)
+        weights = weights / (weights.sum(-1, keepdim=True) + torch.exp(sink - top))
+        out[:, lo : lo + chunk] = torch.einsum("bhgqk,bkhd->bqhgd", weights, v)
     return out.reshape(b, s_q, h_kv * group * d).to(query.dtype)
 
 
