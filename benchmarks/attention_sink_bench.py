@@ -1,6 +1,6 @@
 """attention_sink throughput against the peers a user has, in one process on the same inputs.
 
-    python benchmarks/attention_sink_bench.py [--rounds R] [--skip-eager-above N]
+    python benchmarks/attention_sink_bench.py [--rounds R] [--skip-eager-above N] [--rows I,J,...]
 
 Prints a markdown table: TFLOP/s = 4 * B * H * D * (visible query-key pairs) / time,
 counting only unmasked work (causal, window, start_q), timed with triton.testing.do_bench
@@ -12,13 +12,16 @@ flash attention with sinks (PyPI `gpt-oss`, `gpt_oss.triton.attention`). Every p
 first 64 query rows are checked against the float32 reference before it is timed; a peer
 that disagrees prints "wrong" in its cell (and the reason on stderr) and is not ranked.
 Shapes: TileGym's attention_sink perf shapes and the same with head dim 128 (bfloat16,
-sm_scale 1/sqrt(D)).
+sm_scale 1/sqrt(D)); --rows picks rows of that list by index (from 0). What the peers print
+while they autotune goes to stderr, with each row's seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -89,20 +92,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-eager-above", type=int, default=1 << 26)
+    parser.add_argument("--rows", type=lambda text: [int(i) for i in text.split(",")], default=list(range(len(SHAPES))))
     args = parser.parse_args()
     bench = bench_timer()
-    peers: dict[str, Callable[..., torch.Tensor] | None] = {
-        "eager f32": reference,
-        "cutile-python": tilegym_cutile(),
-        "gpt-oss triton": gpt_oss_triton(),
-    }
+    with contextlib.redirect_stdout(sys.stderr):  # keeps stdout the table
+        peers: dict[str, Callable[..., torch.Tensor] | None] = {
+            "eager f32": reference,
+            "cutile-python": tilegym_cutile(),
+            "gpt-oss triton": gpt_oss_triton(),
+        }
     names = list(peers)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
     print("TFLOP/s over unmasked work; '-' where a peer does not run (see stderr).\n")
     print(f"| B, S_q, S_kv, H_kv x G, D, window | {' | '.join(names)} | ours | ours / best peer |")
     print("| --- | " + "--- | " * (len(names) + 2))
-    for shape in SHAPES:
-        print(row(shape, peers, bench, args.rounds, args.skip_eager_above), flush=True)
+    for index in args.rows:
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(sys.stderr):  # TileGym's autotuner prints its search
+            line = row(SHAPES[index], peers, bench, args.rounds, args.skip_eager_above)
+        print(line, flush=True)
+        print(f"(row {index} {SHAPES[index]}: {time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
         torch.cuda.empty_cache()
 
 
@@ -129,12 +138,16 @@ def row(
     calls["ours"] = lambda: tilegym_cutile_rs.attention_sink(q, k, v, sinks, scale, window, start)
     ref = reference(q[:, :64], k, v, sinks, scale, window, start_q)  # the first rows, checked before timing
     wrong = set()
+    first_call_s = {}
     for name, call in calls.items():
         if name == "eager f32":
             continue
         try:
+            began = time.perf_counter()
             with torch.no_grad():
                 got = call()[:, : ref.shape[1]]
+            torch.cuda.synchronize()
+            first_call_s[name] = time.perf_counter() - began  # compiling and autotuning included
             torch.testing.assert_close(got, ref, atol=5e-2, rtol=1e-2)
         except Exception as exc:  # noqa: BLE001 - a peer's failure is reported, ours fails the run
             if name == "ours":
@@ -143,6 +156,7 @@ def row(
             wrong.add(name)
     for name in wrong:
         del calls[name]
+    print("(first calls: " + ", ".join(f"{n} {t:.1f} s" for n, t in first_call_s.items()) + ")", file=sys.stderr)
     tflops = dict.fromkeys(calls, 0.0)
     with torch.no_grad():
         for _ in range(rounds):
