@@ -307,10 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"exit_code": report.exit_code, "gpus": report.gpus,
                           "checks": [asdict(r) for r in report.results]}, indent=2))
     else:
+        width = max([16, *(len(r.name) for r in report.results)])  # "attention_sink gpu 0" is 20
         for r in report.results:
-            print(f"{r.status:<8} {r.name:<16} {r.detail}")
+            print(f"{r.status:<8} {r.name:<{width}} {r.detail}")
             if r.remedy:
-                print(f"{'':<8} {'':<16} -> {r.remedy}")
+                print(f"{'':<8} {'':<{width}} -> {r.remedy}")
         print(f"exit code {report.exit_code}")
     return report.exit_code
 
