@@ -400,7 +400,7 @@ def reference(
     k, v = key.float(), value.float()
     sink = sinks.float().view(1, h_kv, group, 1, 1)
     cols = torch.arange(s_kv, device=query.device)[None, :]
-    out = torch.empty(b, s_q, h_kv, group, d, device=query.device)
+    out = torch.empty(b, s_q, h_kv, group, d, dtype=torch.float32, device=query.device)
     # Query rows a slice at a time, so the float32 logits stay near 256 MiB at any length
     # (TileGym's 10820-token prefill would otherwise need three 28 GiB temporaries).
     chunk = max(1, (256 << 20) // (4 * b * h_kv * group * max(s_kv, 1)))
