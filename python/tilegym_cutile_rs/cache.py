@@ -7,7 +7,7 @@
 The cache lives in $TILEGYM_CUTILE_RS_CACHE_DIR or the platform's user cache
 directory; TILEGYM_CUTILE_RS_CACHE_DIR=off disables it; TILEGYM_CUTILE_RS_CACHE_SIZE
 caps it (default 2G, least recently used kernels go first). Hit counts are not
-kept on disk; a process's own counters are in tilegym_cutile_rs._cache.stats().
+kept on disk; a process's own counters are `tilegym_cutile_rs.cache.stats()`.
 
 Exit codes: 0 done, 2 the cache directory is unusable (the reason is printed).
 """
@@ -20,6 +20,9 @@ import time
 from typing import Any
 
 from . import _autotune, _cache
+from ._cache import stats
+
+__all__ = ["info", "main", "stats"]
 
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 
