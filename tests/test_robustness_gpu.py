@@ -43,7 +43,25 @@ for m, n, dt in json.loads(sys.argv[1]):
 torch.cuda.synchronize()
 print(json.dumps({"ok": ok, **_cache.stats()}))
 """
-SHAPES = [[64, 1000, "float32"], [3, 5000, "bfloat16"], [17, 40000, "float16"], [128, 256, "float32"]]
+# Shapes outside the shipped set (shipped_launches proves it), so a first process compiles each.
+SHAPES = [[61, 1009, "float32"], [3, 5003, "bfloat16"], [17, 40009, "float16"], [127, 251, "float32"]]
+
+
+def shipped_launches(shapes: list[list]) -> int:
+    """How many of the softmax launches of `shapes` find a kernel the wheel ships for this GPU."""
+    from tilegym_cutile_rs import _device, _library, _shipped
+
+    major, minor = torch.cuda.get_device_capability()
+    _shipped.enable(_library.library(), jit=True)
+    target = _shipped.Target(f"sm_{major}{minor}", _device.sm_count(torch.cuda.current_device()))
+
+    def calls() -> None:
+        for m, n, dt in shapes:
+            tilegym_cutile_rs.softmax(torch.empty(m, n, device="meta", dtype=getattr(torch, dt)))
+
+    found, described = _shipped.resolve(target, calls)
+    assert described == len(shapes)
+    return found
 
 
 def run(code: str, env: dict[str, str], *args: str, timeout: float = 600) -> dict:
@@ -57,6 +75,7 @@ def cache_env(path: Path, **extra: str) -> dict[str, str]:
 
 
 def test_second_process_compiles_nothing(tmp_path: Path) -> None:
+    assert shipped_launches(SHAPES) == 0
     env = cache_env(tmp_path / "cache")
     first = run(CHECKED_RUN, env, json.dumps(SHAPES))
     assert first["ok"] and first["tileiras_runs"] >= len(SHAPES) and first["puts"] == first["tileiras_runs"]

@@ -52,7 +52,37 @@ def weights() -> list[torch.Tensor]:
     return [(cuda(128, 512) * 0.05).requires_grad_(), (cuda(256, 128) * 0.05).requires_grad_(), (cuda(128, 128) * 0.05).requires_grad_()]
 
 
+# Each op alone, compiled against eager: the same kernels on the same data, so bit-identical
+# outputs and gradients (the incoming gradient is given, so no torch arithmetic sits between).
+PER_OP: list[tuple[str, Callable[..., torch.Tensor], Callable[[], list[torch.Tensor]]]] = [
+    ("softmax", lambda x: t.softmax(x, -1), lambda: [cuda(64, 1000)]),
+    ("swiglu", t.swiglu, lambda: [cuda(64, 512), cuda(64, 512)]),
+    ("silu_and_mul", t.silu_and_mul, lambda: [cuda(64, 1024)]),
+    ("matmul", t.matmul, lambda: [cuda(64, 128), cuda(128, 256) * 0.05]),
+    ("bmm", t.bmm, lambda: [cuda(2, 64, 32), cuda(2, 32, 48)]),
+]
+
+
+@pytest.mark.parametrize("name, fn, make", PER_OP, ids=[o[0] for o in PER_OP])
+def test_compiled_op_matches_eager_exactly(name: str, fn: Callable[..., torch.Tensor], make: Callable[[], list[torch.Tensor]]) -> None:
+    torch._dynamo.reset()
+    inputs = [x.requires_grad_() for x in make()]
+    eager = fn(*inputs)
+    dy = torch.randn_like(eager)
+    eager_grads = torch.autograd.grad(eager, inputs, dy)
+    compiled = torch.compile(fn, fullgraph=True)(*inputs)
+    compiled_grads = torch.autograd.grad(compiled, inputs, dy)
+    torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
+    for got, want in zip(compiled_grads, eager_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_compile_fullgraph_forward_and_backward_match_eager() -> None:
+    # The forward is our operators and one bfloat16 product, which Inductor rounds as eager
+    # does: bit-identical. The gradients also pass through torch's own arithmetic (softmax's
+    # backward formula, the product's, and the sum of x's three gradient contributions),
+    # which Inductor fuses in float32 with one rounding where eager rounds every step to
+    # bfloat16: equal to bfloat16 rounding, not bit for bit (each op alone is exact, above).
     torch._dynamo.reset()
     ws = weights()
     x = cuda(64, 128).requires_grad_()
@@ -65,7 +95,7 @@ def test_compile_fullgraph_forward_and_backward_match_eager() -> None:
     compiled.float().sum().backward()
     torch.testing.assert_close(compiled, eager, rtol=0, atol=0)  # the same kernels on the same data
     for got, want in zip([p.grad for p in (x, *ws)], eager_grads, strict=True):
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1e-5)
 
 
 def test_reduce_overhead_replays_with_new_data() -> None:
