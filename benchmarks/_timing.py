@@ -83,3 +83,46 @@ def bench_timer() -> Callable[[Callable[[], Any]], float]:
             return statistics.median(times)
 
         return events
+
+
+class Rows:
+    """A benchmark's rows under `--rows` and `--budget`: iterating yields the selected rows
+    in order until the budget (seconds since construction) is spent; `report()` then prints
+    the rows left unmeasured, so a cut table never passes for a whole one."""
+
+    def __init__(self, rows: list[Any], selected: list[int] | None, budget: float | None) -> None:
+        self.rows = rows
+        self.selected = list(range(len(rows))) if selected is None else selected
+        bad = [i for i in self.selected if not 0 <= i < len(rows)]
+        if bad:
+            raise SystemExit(f"--rows {bad}: this benchmark has rows 0 to {len(rows) - 1}")
+        self.budget, self.started = budget, time.monotonic()
+        self.unmeasured: list[Any] = []
+
+    @staticmethod
+    def add_arguments(parser: Any) -> None:
+        parser.add_argument("--rows", type=lambda text: [int(i) for i in text.split(",")],
+                            help="indices (from 0) of the rows to measure, in the order listed by --list-rows (default: all)")
+        parser.add_argument("--budget", type=float, help="seconds; rows not started by then are listed as unmeasured")
+        parser.add_argument("--list-rows", action="store_true", help="print the rows with their indices and exit")
+
+    @classmethod
+    def from_args(cls, args: Any, rows: list[Any]) -> Rows:
+        if args.list_rows:
+            for i, row in enumerate(rows):
+                print(f"{i}: {row}")
+            raise SystemExit(0)
+        return cls(rows, args.rows, args.budget)
+
+    def __iter__(self) -> Any:
+        for position, i in enumerate(self.selected):
+            if self.budget is not None and time.monotonic() - self.started > self.budget:
+                self.unmeasured = [self.rows[j] for j in self.selected[position:]]
+                return
+            yield self.rows[i]
+
+    def report(self) -> None:
+        """Print which selected rows the budget left unmeasured (nothing when all were)."""
+        if self.unmeasured:
+            print(f"\nNOT MEASURED (budget {self.budget:.0f} s spent): {len(self.unmeasured)} of {len(self.selected)} rows: "
+                  + ", ".join(map(str, self.unmeasured)), flush=True)

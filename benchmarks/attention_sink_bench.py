@@ -1,6 +1,6 @@
 """attention_sink throughput against the peers a user has, in one process on the same inputs.
 
-    python benchmarks/attention_sink_bench.py [--rounds R] [--skip-eager-above N] [--rows I,J,...]
+    python benchmarks/attention_sink_bench.py [--rounds R] [--skip-eager-above N] [--rows I,J,...] [--budget S] [--list-rows]
 
 Prints a markdown table: TFLOP/s = 4 * B * H * D * (visible query-key pairs) / time,
 counting only unmasked work (causal, window, start_q), timed with triton.testing.do_bench
@@ -27,7 +27,7 @@ from typing import Any
 
 import tilegym_cutile_rs
 import torch
-from _timing import bench_timer
+from _timing import Rows, bench_timer
 from tilegym_cutile_rs.ops.attention_sink import reference
 
 # (B, S_q, S_kv, H_kv, G, D, window), as TileGym's test_perf lists them.
@@ -92,8 +92,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-eager-above", type=int, default=1 << 26)
-    parser.add_argument("--rows", type=lambda text: [int(i) for i in text.split(",")], default=list(range(len(SHAPES))))
+    Rows.add_arguments(parser)
     args = parser.parse_args()
+    rows = Rows.from_args(args, SHAPES)
     bench = bench_timer()
     with contextlib.redirect_stdout(sys.stderr):  # keeps stdout the table
         peers: dict[str, Callable[..., torch.Tensor] | None] = {
@@ -106,13 +107,14 @@ def main() -> None:
     print("TFLOP/s over unmasked work; '-' where a peer does not run (see stderr).\n")
     print(f"| B, S_q, S_kv, H_kv x G, D, window | {' | '.join(names)} | ours | ours / best peer |")
     print("| --- | " + "--- | " * (len(names) + 2))
-    for index in args.rows:
+    for shape in rows:
         start = time.perf_counter()
         with contextlib.redirect_stdout(sys.stderr):  # TileGym's autotuner prints its search
-            line = row(SHAPES[index], peers, bench, args.rounds, args.skip_eager_above)
+            line = row(shape, peers, bench, args.rounds, args.skip_eager_above)
         print(line, flush=True)
-        print(f"(row {index} {SHAPES[index]}: {time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+        print(f"(row {shape}: {time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
         torch.cuda.empty_cache()
+    rows.report()
 
 
 def row(

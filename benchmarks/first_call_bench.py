@@ -1,6 +1,6 @@
 """First-call latency and tileiras runs, with an empty and with a warm kernel cache.
 
-    python benchmarks/first_call_bench.py
+    python benchmarks/first_call_bench.py [--rows I,J] [--budget S] [--list-rows]
 
 Each measurement is a fresh Python process whose kernel cache is a directory this
 script owns ($TILEGYM_CUTILE_RS_CACHE_DIR), so "cold" really is empty. Prints:
@@ -114,40 +114,75 @@ def run(code: str, env: dict[str, str], *args: str) -> dict:
     return out
 
 
-def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "TILEGYM_CUTILE_RS_CACHE_DIR": os.path.join(tmp, "first"), "CUTILE_JIT_TIMING": "1"}
-        cold, warm = run(FIRST, env), run(FIRST, env)
-        print("| first call, 1000x1000 f32 | ms | of which setup | lowering (cutile stage 1) | tileiras or disk (stage 2) | module load (stage 3) | tileiras runs | warm starts |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-        for label, r in (("empty cache", cold), ("warm cache", warm)):
-            st = r.get("stages", {})
-            print(f"| {label} | {r['ms']:.0f} | {r['setup_ms']:.0f} | {st.get('stage1_ms', float('nan')):.0f} | "
-                  f"{st.get('stage2_ms', float('nan')):.0f} | {st.get('stage3_ms', float('nan')):.0f} | {r['tileiras_runs']} | {r['warm_starts']} |")
-        shapes = json.dumps(sweep_shapes())
-        env = {**os.environ, "TILEGYM_CUTILE_RS_CACHE_DIR": os.path.join(tmp, "sweep"), "CUTILE_JIT_TIMING": "1"}
-        cold, warm = run(SWEEP, env, shapes), run(SWEEP, env, shapes)
-        print("\n| 50-shape sweep, one process | seconds | lowering s | tileiras or disk s | module load s | tileiras runs | warm starts |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
-        for label, r in (("empty cache", cold), ("warm cache", warm)):
-            st = r.get("stages", {})
-            print(f"| {label} | {r['s']:.2f} | {st.get('stage1_ms', 0) / 1e3:.2f} | {st.get('stage2_ms', 0) / 1e3:.2f} | "
-                  f"{st.get('stage3_ms', 0) / 1e3:.2f} | {r['tileiras_runs']} | {r['warm_starts']} |")
-        hidden = ("CUTILE_TILEIRAS_PATH", "CUDA_TOOLKIT_PATH", "CUDA_HOME")
-        bare = {k: v for k, v in os.environ.items() if k not in hidden}
-        bare["PATH"] = os.pathsep.join(p for p in bare.get("PATH", "").split(os.pathsep) if "nvidia" not in p and "cuda" not in p)
-        bare["TILEGYM_CUTILE_RS_CACHE_DIR"] = "off"
-        print("\n| first call of a shipped shape, fresh process, no toolchain, cache off | ms | tileiras runs | shipped kernels loaded |")
-        print("| --- | --- | --- | --- |")
-        for label, (setup, call) in SHIPPED_CALLS.items():
-            r = run(SHIPPED.format(setup=setup, call=call), bare)
-            print(f"| {label} | {r['ms']:.0f} | {r['tileiras_runs']} | {r['shipped']} |")
-        try:
-            ct = run(CUTILE_PYTHON, {**os.environ, "CUDA_TILE_CACHE_DIR": "0"})
-            print(f"\ncuTile Python (TileGym backend cutile, its cache off) first call: {ct['ms']:.0f} ms")
-        except SystemExit as exc:
-            print(f"\ncuTile Python first call not measured: {str(exc).splitlines()[-1]}")
+def first_call(tmp: str) -> None:
+    env = {**os.environ, "TILEGYM_CUTILE_RS_CACHE_DIR": os.path.join(tmp, "first"), "CUTILE_JIT_TIMING": "1"}
+    cold, warm = run(FIRST, env), run(FIRST, env)
+    print("| first call, 1000x1000 f32 | ms | of which setup | lowering (cutile stage 1) | tileiras or disk (stage 2) | module load (stage 3) | tileiras runs | warm starts |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for label, r in (("empty cache", cold), ("warm cache", warm)):
+        st = r.get("stages", {})
+        print(f"| {label} | {r['ms']:.0f} | {r['setup_ms']:.0f} | {st.get('stage1_ms', float('nan')):.0f} | "
+              f"{st.get('stage2_ms', float('nan')):.0f} | {st.get('stage3_ms', float('nan')):.0f} | {r['tileiras_runs']} | {r['warm_starts']} |")
 
+
+def sweep(tmp: str) -> None:
+    shapes = json.dumps(sweep_shapes())
+    env = {**os.environ, "TILEGYM_CUTILE_RS_CACHE_DIR": os.path.join(tmp, "sweep"), "CUTILE_JIT_TIMING": "1"}
+    cold, warm = run(SWEEP, env, shapes), run(SWEEP, env, shapes)
+    print("\n| 50-shape sweep, one process | seconds | lowering s | tileiras or disk s | module load s | tileiras runs | warm starts |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for label, r in (("empty cache", cold), ("warm cache", warm)):
+        st = r.get("stages", {})
+        print(f"| {label} | {r['s']:.2f} | {st.get('stage1_ms', 0) / 1e3:.2f} | {st.get('stage2_ms', 0) / 1e3:.2f} | "
+              f"{st.get('stage3_ms', 0) / 1e3:.2f} | {r['tileiras_runs']} | {r['warm_starts']} |")
+
+
+SHIPPED_HEADER = ("\n| first call of a shipped shape, fresh process, no toolchain, cache off | ms | tileiras runs | shipped kernels loaded |\n"
+                  "| --- | --- | --- | --- |")
+
+
+def shipped(label: str, printed: set[str]) -> None:
+    hidden = ("CUTILE_TILEIRAS_PATH", "CUDA_TOOLKIT_PATH", "CUDA_HOME")
+    bare = {k: v for k, v in os.environ.items() if k not in hidden}
+    bare["PATH"] = os.pathsep.join(p for p in bare.get("PATH", "").split(os.pathsep) if "nvidia" not in p and "cuda" not in p)
+    bare["TILEGYM_CUTILE_RS_CACHE_DIR"] = "off"
+    if "shipped" not in printed:
+        printed.add("shipped")
+        print(SHIPPED_HEADER)
+    setup, call = SHIPPED_CALLS[label]
+    r = run(SHIPPED.format(setup=setup, call=call), bare)
+    print(f"| {label} | {r['ms']:.0f} | {r['tileiras_runs']} | {r['shipped']} |", flush=True)
+
+
+def cutile_python() -> None:
+    try:
+        ct = run(CUTILE_PYTHON, {**os.environ, "CUDA_TILE_CACHE_DIR": "0"})
+        print(f"\ncuTile Python (TileGym backend cutile, its cache off) first call: {ct['ms']:.0f} ms")
+    except SystemExit as exc:
+        print(f"\ncuTile Python first call not measured: {str(exc).splitlines()[-1]}")
+
+
+def main() -> None:
+    import argparse
+
+    from _timing import Rows
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    Rows.add_arguments(parser)
+    args = parser.parse_args()
+    rows = Rows.from_args(args, ["first call", "50-shape sweep", *(f"shipped: {label}" for label in SHIPPED_CALLS), "cuTile Python"])
+    printed: set[str] = set()
+    with tempfile.TemporaryDirectory() as tmp:
+        for row in rows:
+            if row == "first call":
+                first_call(tmp)
+            elif row == "50-shape sweep":
+                sweep(tmp)
+            elif row == "cuTile Python":
+                cutile_python()
+            else:
+                shipped(row.removeprefix("shipped: "), printed)
+    rows.report()
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,6 @@
 """matmul / bmm throughput against the peers a user has, in one process on the same inputs.
 
-    python benchmarks/matmul_bench.py [--rounds R] [--dtypes D,...]
+    python benchmarks/matmul_bench.py [--rounds R] [--dtypes D,...] [--rows I,J] [--budget S] [--list-rows]
 
 Prints a markdown table: TFLOP/s = 2 * B * M * N * K / time, timed with
 triton.testing.do_bench (L2 flushed between runs) when Triton is installed, else CUDA
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import tilegym_cutile_rs
 import torch
-from _timing import bench_timer
+from _timing import Rows, bench_timer
 
 MATMUL = [(1024, 1024, 1024), (1024, 1024, 1023), (8192, 8192, 8192), (8, 8, 8), (3072, 6144, 2720), (4096, 4096, 4096)]
 MATMUL += [(m, n, k) for m in (1, 16, 128, 4096) for k, n in ((4096, 14336), (14336, 4096), (4096, 128256))]
@@ -88,7 +88,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dtypes", default="bfloat16")
+    Rows.add_arguments(parser)
     args = parser.parse_args()
+    rows = Rows.from_args(args, [(op, *shape, dt) for op, shapes in (("matmul", [(1, *s) for s in MATMUL]), ("bmm", BMM))
+                                 for shape in shapes for dt in args.dtypes.split(",")])
     bench = bench_timer()
     cutile = tilegym_cutile()
     triton = triton_matmul()
@@ -99,39 +102,40 @@ def main() -> None:
     if triton is not None:
         mm_fns["triton"] = triton
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
-    for op, fns, shapes in (("matmul", mm_fns, [(1, *s) for s in MATMUL]), ("bmm", bmm_fns, BMM)):
-        fns = {**fns, "ours": getattr(tilegym_cutile_rs, op)}
+    tables = {"matmul": mm_fns, "bmm": bmm_fns}
+    heading = None
+    for op, batch, m, n, k, dtype_name in rows:
+        fns = {**tables[op], "ours": getattr(tilegym_cutile_rs, op)}
         names = [n for n in fns if n != "ours"]
-        print(f"### {op}\n")
-        print(f"| B x M x N x K | dtype | {' | '.join(names)} | ours | ours / best peer | ours / cuBLAS |")
-        print("| --- | --- | " + "--- | " * (len(names) + 3))
-        for batch, m, n, k in shapes:
-            for dtype_name in args.dtypes.split(","):
-                dtype = DTYPES[dtype_name]
-                shape_a, shape_b = ((batch, m, k), (batch, k, n)) if op == "bmm" else ((m, k), (k, n))
-                a = torch.randn(shape_a, device="cuda", dtype=dtype)
-                b = torch.randn(shape_b, device="cuda", dtype=dtype)
-                flops = 2 * batch * m * n * k
-                tflops = dict.fromkeys(fns, 0.0)
-                for _ in range(args.rounds):
-                    for name, fn in fns.items():
-                        try:
-                            ms = bench(lambda fn=fn, a=a, b=b: fn(a, b))
-                        except Exception as exc:  # noqa: BLE001 - a peer that fails on a shape is left blank
-                            print(f"({name} failed on {shape_a} x {shape_b}: {type(exc).__name__}: {exc})", file=sys.stderr)
-                            continue
-                        tflops[name] = max(tflops[name], flops / (ms * 1e-3) / 1e12)
-                best = max(tflops[n] for n in names) or float("nan")
-                cells = " | ".join(f"{tflops[n]:.1f}" for n in names)
-                print(
-                    f"| {batch} x {m} x {n} x {k} | {dtype_name} | {cells} | {tflops['ours']:.1f} | "
-                    f"{tflops['ours'] / best:.2f}x | {tflops['ours'] / tflops['cuBLAS']:.2f}x |",
-                    flush=True,
-                )
-                del a, b
-                torch.cuda.empty_cache()
-        print()
-
+        if op != heading:
+            heading = op
+            print(f"\n### {op}\n")
+            print(f"| B x M x N x K | dtype | {' | '.join(names)} | ours | ours / best peer | ours / cuBLAS |")
+            print("| --- | --- | " + "--- | " * (len(names) + 3))
+        dtype = DTYPES[dtype_name]
+        shape_a, shape_b = ((batch, m, k), (batch, k, n)) if op == "bmm" else ((m, k), (k, n))
+        a = torch.randn(shape_a, device="cuda", dtype=dtype)
+        b = torch.randn(shape_b, device="cuda", dtype=dtype)
+        flops = 2 * batch * m * n * k
+        tflops = dict.fromkeys(fns, 0.0)
+        for _ in range(args.rounds):
+            for name, fn in fns.items():
+                try:
+                    ms = bench(lambda fn=fn, a=a, b=b: fn(a, b))
+                except Exception as exc:  # noqa: BLE001 - a peer that fails on a shape is left blank
+                    print(f"({name} failed on {shape_a} x {shape_b}: {type(exc).__name__}: {exc})", file=sys.stderr)
+                    continue
+                tflops[name] = max(tflops[name], flops / (ms * 1e-3) / 1e12)
+        best = max(tflops[n] for n in names) or float("nan")
+        cells = " | ".join(f"{tflops[n]:.1f}" for n in names)
+        print(
+            f"| {batch} x {m} x {n} x {k} | {dtype_name} | {cells} | {tflops['ours']:.1f} | "
+            f"{tflops['ours'] / best:.2f}x | {tflops['ours'] / tflops['cuBLAS']:.2f}x |",
+            flush=True,
+        )
+        del a, b
+        torch.cuda.empty_cache()
+    rows.report()
 
 if __name__ == "__main__":
     main()

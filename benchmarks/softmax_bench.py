@@ -1,6 +1,6 @@
 """Softmax throughput against the peers a user has, in one process on the same inputs.
 
-    python benchmarks/softmax_bench.py [--quick] [--rounds R] [--shapes MxN,...] [--dtypes D,...]
+    python benchmarks/softmax_bench.py [--quick] [--rounds R] [--shapes MxN,...] [--dtypes D,...] [--rows I,J] [--budget S]
 
 Prints a markdown table: GB/s = 2 * M * N * element size / kernel time (one
 read, one write), timed with triton.testing.do_bench (L2 flushed between runs)
@@ -25,7 +25,7 @@ from collections.abc import Callable
 import tilegym_cutile_rs
 import torch
 from _peers import tilegym_cutile_softmax, triton_softmax
-from _timing import bench_timer, host_us_per_call
+from _timing import Rows, bench_timer, host_us_per_call
 
 BRIEF_SHAPES = [(8192, 256), (8192, 1024), (8192, 4096), (2048, 32768)]
 TILEGYM_SHAPES = [(256, 256), (256, 2048), (256, 32768), (256, 9), (256, 1009)]
@@ -38,7 +38,17 @@ def _shape_list(text: str) -> list[tuple[int, int]]:
     return [(int(m), int(n)) for m, n in (item.split("x") for item in text.split(","))]
 
 
-def throughput(shapes: list[tuple[int, int]], dtypes: list[torch.dtype], rounds: int) -> None:
+def table_rows(shapes: list[tuple[int, int]], dtypes: list[torch.dtype]) -> list[tuple[int, int, torch.dtype]]:
+    rows = []
+    for m, n in shapes:
+        for dtype in dtypes:
+            if dtype is torch.float16 and (m, n) in BRIEF_SHAPES and len(dtypes) == len(DTYPES):
+                continue  # the BRIEF's table has no float16 rows
+            rows.append((m, n, dtype))
+    return rows
+
+
+def throughput(rows: Rows, rounds: int) -> None:
     peers: dict[str, Callable[[torch.Tensor], torch.Tensor] | None] = {
         "torch": lambda x: torch.softmax(x, -1),
         "triton": triton_softmax(),
@@ -49,22 +59,20 @@ def throughput(shapes: list[tuple[int, int]], dtypes: list[torch.dtype], rounds:
     cols = ["M x N", "dtype", *peers, "ours", "ours / best peer"]
     print("| " + " | ".join(cols) + " |")
     print("|" + " --- |" * len(cols))
-    for m, n in shapes:
-        for dtype in dtypes:
-            if dtype is torch.float16 and (m, n) in BRIEF_SHAPES and len(dtypes) == len(DTYPES):
-                continue  # the BRIEF's table has no float16 rows
-            x = torch.randn(m, n, device="cuda", dtype=dtype)
-            gbs = dict.fromkeys([*peers, "ours"], 0.0)
-            # The columns take their rounds in turn and keep their best: the GPU's speed on
-            # this machine drifts within a run (a peer's row moved 2x between runs when
-            # each column was timed once), and a drift then hits every column alike.
-            for _ in range(rounds):
-                for name, fn in [*peers.items(), ("ours", tilegym_cutile_rs.softmax)]:
-                    ms = bench(lambda fn=fn, x=x: fn(x))
-                    gbs[name] = max(gbs[name], 2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9)
-            best = max(v for k, v in gbs.items() if k != "ours")
-            row = [f"{m} x {n}", str(dtype).replace("torch.", ""), *(f"{gbs[k]:.0f}" for k in peers), f"{gbs['ours']:.0f}", f"{gbs['ours'] / best:.2f}"]
-            print("| " + " | ".join(row) + " |")
+    for m, n, dtype in rows:
+        x = torch.randn(m, n, device="cuda", dtype=dtype)
+        gbs = dict.fromkeys([*peers, "ours"], 0.0)
+        # The columns take their rounds in turn and keep their best: the GPU's speed on
+        # this machine drifts within a run (a peer's row moved 2x between runs when
+        # each column was timed once), and a drift then hits every column alike.
+        for _ in range(rounds):
+            for name, fn in [*peers.items(), ("ours", tilegym_cutile_rs.softmax)]:
+                ms = bench(lambda fn=fn, x=x: fn(x))
+                gbs[name] = max(gbs[name], 2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9)
+        best = max(v for k, v in gbs.items() if k != "ours")
+        row = [f"{m} x {n}", str(dtype).replace("torch.", ""), *(f"{gbs[k]:.0f}" for k in peers), f"{gbs['ours']:.0f}", f"{gbs['ours'] / best:.2f}"]
+        print("| " + " | ".join(row) + " |", flush=True)
+    rows.report()
 
 
 def host_overhead(calls: int = 20000) -> None:
@@ -98,13 +106,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per row, taken in turn; each column keeps its best (default 3)")
     parser.add_argument("--shapes", type=_shape_list, help="MxN,... instead of the BRIEF's and TileGym's shapes; the table only")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated, of " + ", ".join(DTYPES))
+    Rows.add_arguments(parser)
     args = parser.parse_args()
     dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
     shapes = args.shapes or (BRIEF_SHAPES[:2] if args.quick else BRIEF_SHAPES + TILEGYM_SHAPES)
+    rows = Rows.from_args(args, table_rows(shapes, dtypes))
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
     print(f"GB/s: the best of {args.rounds} rounds per column, the columns taking their rounds in turn\n")
-    throughput(shapes, dtypes, args.rounds)
-    if args.shapes is None:
+    throughput(rows, args.rounds)
+    if args.shapes is None and args.rows is None and not rows.unmeasured:
         host_overhead()
         first_call()
 
