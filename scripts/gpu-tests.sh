@@ -16,7 +16,10 @@
 #                 must hold the [tileiras] extra's NVIDIA wheels.
 #
 # Results (junit.xml, check.json, benchmark tables) go to $RESULTS_DIR (default gpu-results).
-# TESTS=0 skips the tests (benchmarks only); BENCHMARKS="" skips the benchmarks.
+# STAGES picks what runs, in order (default "tests tilegym benchmarks"), so that each call on
+# a lent machine stays under its time limit: "tests" our GPU tests, "tilegym" TileGym's own
+# files (TILEGYM_TESTS; their memory-heavy perf cases in a serial pass of their own),
+# "benchmarks" the BENCHMARKS. The install and the check run in every call.
 set -euo pipefail
 wheelhouse=${1:?usage: scripts/gpu-tests.sh WHEELHOUSE [TILEIRAS_KIT]}
 kit=${2:-}
@@ -75,7 +78,8 @@ run_marked() {
   fi
 }
 
-if [[ ${TESTS:-1} == 1 ]]; then
+stages=" ${STAGES:-tests tilegym benchmarks} "
+if [[ $stages == *" tests "* ]]; then
   echo "== GPU tests"
   run_marked gpu "$results/junit.xml"
   n_gpus=$("$python" -c "import torch; print(torch.cuda.device_count())")
@@ -92,7 +96,7 @@ fi
 # backend registered the documented way and no cargo on PATH (TileGym's conftest spells the
 # backend cutile_rs in generated test ids, cutile-rs in its own); scripts/tilegym_junit.py
 # fails the run on a failure or on a skip other than the ones the files hard-code by name.
-if [[ ${TESTS:-1} == 1 && -n ${TILEGYM_TESTS:-} ]]; then
+if [[ $stages == *" tilegym "* && -n ${TILEGYM_TESTS:-} ]]; then
   echo "== TileGym's own tests, cutile-rs cases ($TILEGYM_TESTS)"
   mapfile -t tilegym_files < <("$python" -c "
 import os, sys
@@ -103,10 +107,18 @@ for op in sorted(provided_ops()):
         print(f)" "$TILEGYM_TESTS")
   echo "files: ${tilegym_files[*]}"
   no_cargo_path=$(tr ':' '\n' <<<"$PATH" | while read -r d; do [[ -x $d/cargo ]] || printf '%s:' "$d"; done)
-  (cd "$TILEGYM_TESTS" && PATH=${no_cargo_path%:} TILEGYM_CUTILE_RS_REGISTER=1 \
-     "$python" -m pytest -p tilegym_cutile_rs "${tilegym_files[@]}" -k "cutile-rs or cutile_rs" -q -ra \
-     --junitxml="$results/junit-tilegym.xml") || status=$?
-  "$python" scripts/tilegym_junit.py "$results/junit-tilegym.xml" || status=1
+  # The perf cases hold the card's memory in TileGym's float32 references: a serial pass of
+  # their own, after the rest (which PYTEST_ADDOPTS may spread over workers).
+  for pass in rest perf; do
+    if [[ $pass == rest ]]; then select="(cutile-rs or cutile_rs) and not test_perf"; addopts=${PYTEST_ADDOPTS:-}; else
+      select="(cutile-rs or cutile_rs) and test_perf"; addopts=""; fi
+    echo "-- $pass: -k '$select'"
+    (cd "$TILEGYM_TESTS" && PATH=${no_cargo_path%:} TILEGYM_CUTILE_RS_REGISTER=1 PYTEST_ADDOPTS=$addopts \
+       "$python" -m pytest -p tilegym_cutile_rs "${tilegym_files[@]}" -k "$select" -q -ra \
+       --junitxml="$results/junit-tilegym-$pass.xml") || status=$?
+  done
+  card_gib=$("$python" -c "import torch; print(torch.cuda.get_device_properties(0).total_memory / 2**30)")
+  "$python" scripts/tilegym_junit.py "$results"/junit-tilegym-{rest,perf}.xml --card-gib "$card_gib" || status=1
 fi
 
 # BENCHMARKS names the scripts to run, as benchmarks/<name>.py or benchmarks/<name>_bench.py
@@ -114,6 +126,7 @@ fi
 # benchmarks/*_bench.py but the build one, so an op's benchmark runs once its file exists.
 # BENCH_ARGS go to each. Tables go to $RESULTS_DIR/<script>.md.
 default_benchmarks=$(cd benchmarks && ls ./*_bench.py | sed 's|^\./||; s|\.py$||' | grep -v '^build_bench$' | tr '\n' ' ')
+[[ $stages == *" benchmarks "* ]] || BENCHMARKS=""
 for bench in ${BENCHMARKS-$default_benchmarks}; do
   script=benchmarks/$bench.py
   [[ -f $script ]] || script=benchmarks/${bench//-/_}_bench.py

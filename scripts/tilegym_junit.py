@@ -1,12 +1,17 @@
 """Summarise a JUnit file of TileGym's own test files run against our backend.
 
-    python scripts/tilegym_junit.py JUNIT_XML
+    python scripts/tilegym_junit.py JUNIT_XML... [--card-gib GIB]
 
 Prints how many cutile-rs cases passed, failed and skipped, with each skip's
 reason, and exits 1 when none ran, any failed, or any skipped for a reason
 other than the ones TileGym's files hard-code for the cutile-rs backend by
 name (they skip its transposes, its backward pass and fp8 whatever the
 implementation does; our own tests cover the first two), or for every backend.
+
+One failure is accepted, and printed: on a card of under 100 GiB (--card-gib, the GPU's
+memory), a perf case (test_perf*) whose torch.OutOfMemoryError was raised inside TileGym's
+own code (its tests' float32 references, tests/ops/ or tests/common.py, or the tilegym
+package), never inside ours: TileGym's 10820-token attention reference alone holds 57 GiB.
 """
 
 from __future__ import annotations
@@ -28,18 +33,42 @@ _BY_NAME = re.compile(
 )
 # Test ids: TileGym's conftest turns the parameter "cutile-rs" into cutile_rs.
 _OURS = re.compile(r"cutile[-_]rs")
+SMALL_CARD_GIB = 100
+# pytest's last traceback line: where the exception was raised.
+_CRASH = re.compile(r"^(\S+\.py):\d+: (?:torch\.)?OutOfMemoryError", re.MULTILINE)
 
 
-def main(path: str) -> int:
+def oom_in_tilegym(case: ET.Element, card_gib: float | None) -> str | None:
+    """Where a perf case's OutOfMemoryError was raised, when that was inside TileGym's own
+    code on a card of under SMALL_CARD_GIB; else None (the failure counts)."""
+    failure = case.find("failure")
+    if failure is None:
+        failure = case.find("error")
+    if failure is None or card_gib is None or card_gib >= SMALL_CARD_GIB or not case.get("name", "").startswith("test_perf"):
+        return None
+    crashes = _CRASH.findall(failure.text or "")
+    if not crashes:
+        return None
+    where = crashes[-1]
+    ours = "tilegym_cutile_rs" in where
+    tilegym = re.search(r"(^|/)tests/(ops/|common\.py)|(^|/)tilegym/", where) is not None
+    return where if tilegym and not ours else None
+
+
+def main(paths: list[str], card_gib: float | None = None) -> int:
     outcomes: collections.Counter[str] = collections.Counter()
     skip_reasons: collections.Counter[tuple[str, str]] = collections.Counter()
-    for case in ET.parse(path).getroot().iter("testcase"):
+    for case in (c for path in paths for c in ET.parse(path).getroot().iter("testcase")):
         name = case.get("name", "")
         if not _OURS.search(name):
             continue
         failed = case.find("failure") is not None or case.find("error") is not None
         skipped = case.find("skipped")
-        if failed:
+        oom = oom_in_tilegym(case, card_gib) if failed else None
+        if oom is not None:
+            outcomes["failed (accepted: OutOfMemoryError in TileGym's reference)"] += 1
+            print(f"  accepted: {name}: torch.OutOfMemoryError raised in TileGym's {oom} on a {card_gib:.0f} GiB card")
+        elif failed:
             outcomes["failed"] += 1
         elif skipped is not None:
             reason = skipped.get("message", "")
@@ -59,4 +88,10 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("junit", nargs="+")
+    parser.add_argument("--card-gib", type=float, help="the GPU's memory in GiB (accepts TileGym's reference OOMs under 100)")
+    args = parser.parse_args()
+    sys.exit(main(args.junit, args.card_gib))
