@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from . import _abi, _device, _library, _progress, _shipped
+from . import _abi, _device, _library, _progress, _shipped, _tuned
 
 if TYPE_CHECKING:
     import torch
@@ -280,6 +280,7 @@ class OpSpec:
         of two and common LLM widths. The build runs it on meta tensors in describe mode; the
         GPU tests run it on the device with no toolchain.
     torch_ops: its torch operators (TorchOp, below), registered by register_torch_ops().
+    tuning: what benchmarks/tune.py sweeps to fit its heuristic (_tuned.Tuning), or None.
     """
 
     name: str
@@ -288,6 +289,7 @@ class OpSpec:
     smoke: Callable[[torch.device], str]
     shipped: Callable[[torch.device], None]
     torch_ops: Sequence[TorchOp] = ()
+    tuning: _tuned.Tuning | None = None
 
 
 @functools.cache

@@ -31,11 +31,13 @@ INDEX = "index.json"
 
 @dataclass(frozen=True)
 class Target:
-    """A GPU the build describes launches for: its architecture, and an SM count of a
-    common GPU of it (heuristics that size grids by SMs pick kernels by it)."""
+    """A GPU the build describes launches for: its architecture, an SM count of a common GPU
+    of it (heuristics that size grids by SMs pick kernels by it), and the device whose fitted
+    configs (_tuned) the heuristics take, or None for the nearest fitted one by SM count."""
 
     arch: str
     sms: int
+    device: str | None = None
 
     @property
     def capability(self) -> tuple[int, int]:
@@ -107,7 +109,7 @@ def build(out: Path, archs: Sequence[str], jobs: int) -> dict[str, Any]:
     import json
     import time
 
-    from . import _library, _op, _toolchain
+    from . import _library, _op, _toolchain, _tuned
 
     toolchain = _toolchain.configure()
     lib = _library.library()
@@ -115,9 +117,9 @@ def build(out: Path, archs: Sequence[str], jobs: int) -> dict[str, Any]:
     for arch in archs:
         if arch not in ARCHS:
             raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHS)}")
-        for sms in ARCHS[arch]:
+        for target in _tuned.describe_targets(arch, ARCHS[arch], list(_op.ops())):
             for name in _op.ops():
-                describe_op(name, Target(arch, sms))
+                describe_op(name, target)
     written = _library.ffi().new("int32_t *")
     status = lib.cutile_shipped_build(str(out).encode(), jobs, written)
     if status != 0:

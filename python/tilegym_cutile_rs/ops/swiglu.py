@@ -6,12 +6,12 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _device, _op
+from .. import _device, _op, _tuned
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SwigluConfig", "silu_and_mul", "swiglu", "swiglu_candidates", "swiglu_config"]
+__all__ = ["SwigluConfig", "silu_and_mul", "swiglu", "swiglu_candidates", "swiglu_config", "swiglu_rule"]
 
 SUPPORTED = ("float32", "float16", "bfloat16")
 FORWARD, BACKWARD = "cutile_swiglu_forward", "cutile_swiglu_backward"
@@ -27,24 +27,48 @@ class SwigluConfig(NamedTuple):
     warps: int = 0
 
 
-# The heuristic's defaults, not yet fitted on a GPU (docs/benchmarks.md says what is
-# measured): tiles of TILE_ELEMENTS elements, at most MAX_BLOCK_N wide, rows filling the rest.
+# The rule a device without a fitted table takes (docs/benchmarks.md says what it measured):
+# tiles of TILE_ELEMENTS elements, at most MAX_BLOCK_N wide, rows filling the rest.
 TILE_ELEMENTS = 4096
 MAX_BLOCK_N = 1024
 
 
-def swiglu_config(m: int, h: int, dtype: torch.dtype) -> SwigluConfig:
-    """The heuristic's config for `[m, h]` operands of `dtype` (forward and backward)."""
+def swiglu_rule(m: int, h: int, dtype: torch.dtype) -> SwigluConfig:
+    """The rule's config for `[m, h]` operands of `dtype`, where no fitted table applies."""
     block_n = min(_op.next_pow2(h), MAX_BLOCK_N)
     return SwigluConfig(min(max(1, TILE_ELEMENTS // block_n), _op.next_pow2(m)), block_n)
 
 
+def swiglu_config(m: int, h: int, dtype: torch.dtype, device: int | None = None) -> SwigluConfig:
+    """The heuristic's config for `[m, h]` operands of `dtype` (forward and backward) on CUDA
+    device `device` (default: the current one): the nearest problem of its fitted table
+    (benchmarks/tune.py, tuned/swiglu.json), else `swiglu_rule`."""
+    if device is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return swiglu_rule(m, h, dtype)
+        device = torch.cuda.current_device()
+    problem = (str(dtype).removeprefix("torch."), m, h)
+    return SwigluConfig(*_tuned.fitted("swiglu", problem, device, lambda: swiglu_rule(m, h, dtype), _adapt))
+
+
+def _adapt(config: tuple[int, ...], problem: _tuned.Problem) -> tuple[int, ...]:
+    """A fitted config for a nearby problem: row and column blocks no larger than the problem's."""
+    _, m, h = problem
+    return (min(config[0], _op.next_pow2(m)), min(config[1], _op.next_pow2(h)), *config[2:])
+
+
 def swiglu_candidates(m: int, h: int, dtype: torch.dtype) -> list[SwigluConfig]:
-    """The autotuner's search space: tile widths and sizes, occupancy, worker warps."""
-    configs = {swiglu_config(m, h, dtype)}
-    for block_n in (256, 512, 1024, 2048):
-        if block_n <= max(_op.next_pow2(h), 256):
+    """The autotuner's and the tuning tool's search space: tile widths up to a whole row,
+    tile sizes, occupancy, worker warps."""
+    configs = {swiglu_rule(m, h, dtype), swiglu_config(m, h, dtype)}
+    widest = max(_op.next_pow2(h), 256)
+    for block_n in (256, 512, 1024, 2048, 4096, 8192, 16384):
+        if block_n <= widest:
             for elements in (2048, 4096, 8192, 16384):
+                if elements < block_n:
+                    continue
                 block_m = min(max(1, elements // block_n), _op.next_pow2(m))
                 configs.update(SwigluConfig(block_m, block_n, occ, warps) for occ in (0, 2, 4) for warps in (0, 4, 8))
     return sorted(configs)
@@ -77,7 +101,7 @@ def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool) -> Swiglu
     return chooser.choose(
         (index, a2.dtype, m, h),
         lambda: f"swiglu|{_device.name(index)}|{a2.dtype}|h<={_op.next_pow2(h)}|m~{min(_op.next_pow2(m), 1 << 20)}",
-        lambda: swiglu_config(m, h, a2.dtype),
+        lambda: swiglu_config(m, h, a2.dtype, index),
         lambda: swiglu_candidates(m, h, a2.dtype),
         tuner,
         autotune,
@@ -534,6 +558,50 @@ def _shipped(device: torch.device) -> None:
         torch.autograd.backward([y], [torch.empty_like(y)])
 
 
+# benchmarks/tune.py's sweep: the forward (the backward takes the forward's config) over
+# benchmarks/swiglu_bench.py's rows, each dtype.
+TUNING_SHAPES = [(4096, 14336), (16384, 14336), (4096, 11008), (1, 11008), (128, 14336), (65536, 512), (65536, 8192)]
+
+
+def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
+    import torch
+
+    dtype_name, m, h = problem
+    a, b = (torch.randn(m, h, device=device, dtype=getattr(torch, dtype_name)) for _ in range(2))
+    y, ref = torch.empty_like(a), (torch.nn.functional.silu(a.float()) * b.float()).to(a.dtype)
+
+    def run(config: tuple[int, ...]) -> Any:
+        chosen = SwigluConfig(*config)
+        _launch_forward(y, a, b, chosen, _op.device_index(a))
+        torch.testing.assert_close(y, ref, rtol=2e-2, atol=1e-3)
+        return lambda: _launch_forward(y, a, b, chosen, _op.device_index(a))
+
+    return run
+
+
+def _tuning_candidates(problem: _tuned.Problem) -> list[SwigluConfig]:
+    """The sweep's configs: tiles from 512 wide to a whole row of up to 8192 elements (or one
+    row, when wider), each with tileiras' choice of warps, 4 or 8; occupancy left to tileiras."""
+    _, m, h = problem
+    widest = max(_op.next_pow2(h), 512)
+    shapes = {
+        (min(max(1, elements // block_n), _op.next_pow2(m)), block_n)
+        for block_n in (512, 1024, 2048, 4096, 8192, 16384) if block_n <= widest
+        for elements in (block_n, 2048, 4096, 8192) if elements >= block_n
+    }
+    rule = swiglu_rule(m, h, problem[0])
+    return sorted({rule, *(SwigluConfig(bm, bn, 0, warps) for bm, bn in shapes for warps in (0, 4, 8))})
+
+
+TUNING = _tuned.Tuning(
+    problems=[(dt, m, h) for dt in SUPPORTED for m, h in TUNING_SHAPES],
+    candidates=_tuning_candidates,
+    rule=lambda p: swiglu_rule(p[1], p[2], p[0]),
+    bench=_tuning_bench,
+    nbytes=lambda p: 3 * p[1] * p[2] * {"float32": 4}.get(p[0], 2),
+    adapt=_adapt,
+)
+
 OP = _op.OpSpec(
     "swiglu",
     tilegym={"silu_and_mul": _tilegym_silu_and_mul, "get_swiglu": _tilegym_get_swiglu},
@@ -541,4 +609,5 @@ OP = _op.OpSpec(
     smoke=_smoke,
     shipped=_shipped,
     torch_ops=TORCH_OPS,
+    tuning=TUNING,
 )

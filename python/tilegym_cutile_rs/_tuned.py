@@ -1,0 +1,176 @@
+"""Fitted config tables: what `benchmarks/tune.py` measured on a GPU, kept as data.
+
+An op that can be tuned declares a `Tuning` in its `OpSpec` (its candidates, tuning
+problems, rule and timing); the tool sweeps the candidates over the problems on the GPU
+and writes `tuned/<op>.json` into the package:
+
+    {"format": 1, "op": "swiglu",
+     "archs": {"sm_90": {"NVIDIA H100 80GB HBM3": {
+         "sms": 132, "commit": "...", "tileiras": "13.4.92", "date": "2026-12-06",
+         "entries": [{"problem": ["bfloat16", 4096, 14336], "config": [1, 16384, 0, 0],
+                      "us": 460.1, "rule": [4, 1024, 0, 0], "rule_us": 720.5}, ...]}}}}
+
+A problem is a dtype name and positive extents. The op's heuristic asks `fitted()` for
+the config of its problem: the table of this device (by name) else of the fitted device of
+its architecture with the nearest SM count, then the entry of the same dtype nearest in
+log2 of the extents; without a table for the architecture, or a malformed one (a warning,
+never an error), the op's own rule decides. While the wheel's kernels are described
+(_shipped), the device is the described target's, so the shipped set holds every config a
+fitted table picks (docs/design.md, "Fitted configs").
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import _shipped
+from ._paths import PACKAGE_DIR
+
+TUNED_DIR = PACKAGE_DIR / "tuned"
+FORMAT = 1
+
+Problem = tuple[Any, ...]  # (dtype name, extent, ...)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What an op declares so that benchmarks/tune.py can fit its heuristic.
+
+    problems: the tuning problems, (dtype name, extents...), e.g. ("bfloat16", 4096, 14336).
+    candidates(problem): the configs to try (each a tuple of ints, the op's config type).
+    rule(problem): the op's own config for the problem (what a device without a table takes).
+    bench(problem, device): makes inputs on `device` and returns a function from a config to
+        a callable that runs the op once with it; the callable checks its result against the
+        op's reference on its first call and raises AssertionError when it is wrong.
+    nbytes(problem): bytes one call must move (the sweep prints GB/s).
+    adapt(config, problem): a fitted config made fit for a nearby problem (e.g. a row block
+        no taller than the problem); default: the config as it is.
+    """
+
+    problems: Sequence[Problem]
+    candidates: Callable[[Problem], Sequence[tuple[int, ...]]]
+    rule: Callable[[Problem], tuple[int, ...]]
+    bench: Callable[[Problem, Any], Callable[[tuple[int, ...]], Callable[[], object]]]
+    nbytes: Callable[[Problem], int]
+    adapt: Callable[[tuple[int, ...], Problem], tuple[int, ...]] = lambda config, problem: config
+
+
+def path(op: str, root: Path | None = None) -> Path:
+    return (root or TUNED_DIR) / f"{op}.json"
+
+
+@functools.cache
+def table(op: str) -> dict[str, Any]:
+    """`tuned/<op>.json` checked, as {arch: {device: fit}}; {} when there is none, and
+    (with a warning) when it is malformed."""
+    return load(path(op))
+
+
+def load(where: Path) -> dict[str, Any]:
+    """The checked tables in `where` ({} with a warning when malformed, silently when absent)."""
+    try:
+        text = where.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        warnings.warn(f"fitted configs {where} unreadable ({exc}); the op's own rules decide", RuntimeWarning, stacklevel=2)
+        return {}
+    try:
+        data = json.loads(text)
+        return _checked(data)
+    except (ValueError, TypeError, KeyError) as exc:
+        warnings.warn(f"fitted configs {where} malformed ({exc}); the op's own rules decide", RuntimeWarning, stacklevel=2)
+        return {}
+
+
+def _checked(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"format {data.get('format') if isinstance(data, dict) else None!r}, expected {FORMAT}")
+    archs = data["archs"]
+    if not isinstance(archs, dict):
+        raise TypeError("'archs' is not an object")
+    for arch, devices in archs.items():
+        if not arch.startswith("sm_") or not isinstance(devices, dict):
+            raise ValueError(f"architecture {arch!r}")
+        for device, fit in devices.items():
+            if not isinstance(fit.get("sms"), int) or not isinstance(fit.get("entries"), list):
+                raise ValueError(f"{arch} {device}: 'sms' and 'entries' are required")
+            for entry in fit["entries"]:
+                problem, config = entry["problem"], entry["config"]
+                if not (isinstance(problem, list) and problem and isinstance(problem[0], str)
+                        and all(isinstance(v, int) and v > 0 for v in problem[1:])):
+                    raise ValueError(f"{arch} {device}: problem {problem!r}")
+                if not (isinstance(config, list) and config and all(isinstance(v, int) for v in config)):
+                    raise ValueError(f"{arch} {device}: config {config!r}")
+    return archs
+
+
+def devices(op: str, arch: str) -> list[str]:
+    """The devices of `arch` that op `op` has a fitted table for."""
+    return sorted(table(op).get(arch, {}))
+
+
+def _device_fit(op: str, arch: str, name: str | None, sms: int) -> dict[str, Any] | None:
+    fits = table(op).get(arch)
+    if not fits:
+        return None
+    if name in fits:
+        return fits[name]  # type: ignore[no-any-return]
+    return fits[min(fits, key=lambda d: (abs(fits[d]["sms"] - sms), d))]  # type: ignore[no-any-return]
+
+
+def distance(a: Problem, b: Problem) -> float:
+    """How far apart two problems of one dtype are: the sum of |log2| of their extents' ratios."""
+    return sum(abs(math.log2(x / y)) for x, y in zip(a[1:], b[1:], strict=True))
+
+
+def nearest(entries: Sequence[dict[str, Any]], problem: Problem) -> dict[str, Any] | None:
+    """The entry of `problem`'s dtype and rank nearest to it, or None."""
+    same = [e for e in entries if e["problem"][0] == problem[0] and len(e["problem"]) == len(problem)]
+    return min(same, key=lambda e: (distance(tuple(e["problem"]), problem), e["problem"])) if same else None
+
+
+def current_device(index: int) -> tuple[str, str | None, int]:
+    """(architecture, device name or None, SM count) of device `index`, or of the target
+    being described (index -1): its fitted device if it names one."""
+    from . import _device
+
+    if index < 0:
+        target = _shipped.target()
+        return target.arch, target.device, target.sms
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"sm_{major}{minor}", torch.cuda.get_device_name(index), _device.sm_count(index)
+
+
+def fitted(op: str, problem: Problem, index: int, rule: Callable[[], tuple[int, ...]],
+           adapt: Callable[[tuple[int, ...], Problem], tuple[int, ...]] | None = None) -> tuple[int, ...]:
+    """The fitted config for `problem` on device `index`, else `rule()`."""
+    arch, name, sms = current_device(index)
+    fit = _device_fit(op, arch, name, sms)
+    entry = nearest(fit["entries"], problem) if fit else None
+    if entry is None:
+        return rule()
+    config = tuple(entry["config"])
+    return adapt(config, problem) if adapt else config
+
+
+def describe_targets(arch: str, sms: Sequence[int], ops: Sequence[str]) -> list[_shipped.Target]:
+    """The targets the wheel's build describes for `arch`: each common SM count (a device
+    without a table of its own takes the nearest fitted one), and each fitted device."""
+    named = sorted({d for op in ops for d in devices(op, arch)})
+    return [_shipped.Target(arch, n) for n in sms] + [
+        _shipped.Target(arch, _fitted_sms(ops, arch, d), d) for d in named
+    ]
+
+
+def _fitted_sms(ops: Sequence[str], arch: str, device: str) -> int:
+    return next(int(table(op)[arch][device]["sms"]) for op in ops if device in table(op).get(arch, {}))

@@ -1,0 +1,154 @@
+"""Fitted config tables (_tuned, benchmarks/tune.py) on CPU: a written table round-trips and
+is what the heuristic reads, the device and problem lookups take the nearest fit, a missing or
+malformed table falls back to the op's rule with a warning (never an error), an interrupted
+sweep resumes from its results, and the wheel's build describes every fitted device."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from tilegym_cutile_rs import _op, _shipped, _tuned
+from tilegym_cutile_rs.ops import swiglu as sw
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tune_module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("tune", ROOT / "benchmarks" / "tune.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tune"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+META = {"sms": 132, "commit": "abc1234", "tileiras": "13.4.92", "date": "2026-12-06"}
+
+
+def entry(problem: list, config: list, us: float = 10.0) -> dict:
+    return {"problem": problem, "config": config, "us": us, "rule": [4, 1024, 0, 0], "rule_us": 2 * us}
+
+
+@pytest.fixture
+def tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tuned/ directory of our own, read afresh by every lookup."""
+    monkeypatch.setattr(_tuned, "TUNED_DIR", tmp_path)
+    _tuned.table.cache_clear()
+    yield tmp_path
+    _tuned.table.cache_clear()
+
+
+def on_device(monkeypatch: pytest.MonkeyPatch, arch: str, name: str | None, sms: int) -> None:
+    monkeypatch.setattr(_tuned, "current_device", lambda index: (arch, name, sms))
+
+
+def test_a_written_table_round_trips_and_keeps_other_devices(tables: Path) -> None:
+    tune = tune_module()
+    path = _tuned.path("swiglu")
+    tune.write_table(path, "swiglu", "sm_90", H200, META, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8])])
+    tune.write_table(path, "swiglu", "sm_90", H100, META, [entry(["bfloat16", 4096, 14336], [2, 8192, 0, 8])])
+    # A refit of some problems keeps this device's other entries.
+    tune.write_table(path, "swiglu", "sm_90", H100, META, [entry(["float32", 1, 11008], [1, 16384, 0, 0])])
+    data = json.loads(path.read_text())
+    assert data["format"] == _tuned.FORMAT and data["op"] == "swiglu"
+    assert set(data["archs"]["sm_90"]) == {H100, H200}
+    assert [e["problem"] for e in data["archs"]["sm_90"][H100]["entries"]] == [["bfloat16", 4096, 14336], ["float32", 1, 11008]]
+    assert data["archs"]["sm_90"][H100]["commit"] == "abc1234"
+    _tuned.table.cache_clear()
+    assert _tuned.table("swiglu") == data["archs"]
+    assert _tuned.devices("swiglu", "sm_90") == [H100, H200] and _tuned.devices("swiglu", "sm_80") == []
+
+
+def test_the_heuristic_reads_the_nearest_device_and_problem(tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tune = tune_module()
+    path = _tuned.path("swiglu")
+    tune.write_table(path, "swiglu", "sm_90", H200, {**META, "sms": 132}, [
+        entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8]),
+        entry(["bfloat16", 1, 11008], [1, 4096, 0, 4]),
+    ])
+    on_device(monkeypatch, "sm_90", H200, 132)
+    assert sw.swiglu_config(8192, 14336, "bfloat16", 0) == sw.SwigluConfig(1, 16384, 0, 8)  # type: ignore[arg-type]
+    assert sw.swiglu_config(2, 11008, "bfloat16", 0) == sw.SwigluConfig(1, 4096, 0, 4)  # type: ignore[arg-type]
+    # Fitted for a taller problem: the row block is cut to this one's rows.
+    path.unlink()
+    tune.write_table(path, "swiglu", "sm_90", H200, {**META, "sms": 132}, [entry(["bfloat16", 4096, 14336], [8, 2048, 0, 8])])
+    _tuned.table.cache_clear()
+    assert sw.swiglu_config(2, 14336, "bfloat16", 0) == sw.SwigluConfig(2, 2048, 0, 8)  # type: ignore[arg-type]
+    # An unfitted sm_90 device takes the fitted one nearest in SM count.
+    tune.write_table(path, "swiglu", "sm_90", "NVIDIA H100 PCIe", {**META, "sms": 114}, [entry(["bfloat16", 4096, 14336], [2, 2048, 0, 0])])
+    _tuned.table.cache_clear()
+    on_device(monkeypatch, "sm_90", "NVIDIA H100 NVL", 116)
+    assert sw.swiglu_config(4096, 14336, "bfloat16", 0) == sw.SwigluConfig(2, 2048, 0, 0)  # type: ignore[arg-type]
+    on_device(monkeypatch, "sm_90", "NVIDIA H200 NVL", 130)
+    assert sw.swiglu_config(4096, 14336, "bfloat16", 0) == sw.SwigluConfig(8, 2048, 0, 8)  # type: ignore[arg-type]
+    # Another architecture, or a dtype no entry has: the rule.
+    on_device(monkeypatch, "sm_100", "NVIDIA B200", 148)
+    assert sw.swiglu_config(4096, 14336, "bfloat16", 0) == sw.swiglu_rule(4096, 14336, "bfloat16")  # type: ignore[arg-type]
+    on_device(monkeypatch, "sm_90", H200, 132)
+    assert sw.swiglu_config(4096, 14336, "float32", 0) == sw.swiglu_rule(4096, 14336, "float32")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"format": 99, "archs": {}}', '{"format": 1, "archs": {"sm_90": {"X": {"sms": 1}}}}',
+                                  '{"format": 1, "archs": {"sm_90": {"X": {"sms": 1, "entries": [{"problem": [1, 2], "config": [1]}]}}}}'])
+def test_a_malformed_table_falls_back_to_the_rule_with_a_warning(tables: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    _tuned.path("swiglu").write_text(text)
+    on_device(monkeypatch, "sm_90", H200, 132)
+    with pytest.warns(RuntimeWarning, match="malformed"):
+        config = sw.swiglu_config(4096, 14336, "bfloat16", 0)  # type: ignore[arg-type]
+    assert config == sw.swiglu_rule(4096, 14336, "bfloat16")  # type: ignore[arg-type]
+
+
+def test_a_missing_table_is_the_rule_without_a_warning(tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    on_device(monkeypatch, "sm_90", H200, 132)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sw.swiglu_config(4096, 14336, "bfloat16", 0) == sw.swiglu_rule(4096, 14336, "bfloat16")  # type: ignore[arg-type]
+
+
+def test_an_interrupted_sweep_resumes_from_its_results(tmp_path: Path) -> None:
+    tune = tune_module()
+    problems = [("bfloat16", 4096, 14336), ("float32", 1, 11008)]
+    candidates = {json.dumps(list(p)): [(4, 1024, 0, 0), (1, 16384, 0, 8)] for p in problems}
+    rule = {json.dumps(list(p)): (4, 1024, 0, 0) for p in problems}
+    results = tmp_path / "tune-swiglu.jsonl"
+    lines = [
+        {"problem": list(problems[0]), "config": [4, 1024, 0, 0], "us": 700.0},
+        {"problem": list(problems[0]), "config": [1, 16384, 0, 8], "us": 460.0},
+        {"problem": list(problems[1]), "config": [4, 1024, 0, 0], "error": "ValueError: no"},
+    ]
+    # Killed while writing its fourth line: that line is torn.
+    results.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"problem": ["float32", 1, 110')
+    resumed = tune.load_results(results)
+    assert len(resumed) == 3
+    entries, incomplete = tune.fit(problems, candidates, rule, resumed)
+    assert [e["config"] for e in entries] == [[1, 16384, 0, 8]] and entries[0]["rule_us"] == 700.0
+    assert incomplete == [json.dumps(list(problems[1]))]
+    with open(results, "a") as out:  # the rerun appends the missing result after the torn line
+        out.write("\n" + json.dumps({"problem": list(problems[1]), "config": [1, 16384, 0, 8], "us": 3.0}) + "\n")
+    entries, incomplete = tune.fit(problems, candidates, rule, tune.load_results(results))
+    assert incomplete == [] and entries[1]["config"] == [1, 16384, 0, 8] and entries[1]["rule_us"] is None
+
+
+def test_the_build_describes_every_fitted_device(tables: Path) -> None:
+    tune = tune_module()
+    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, {**META, "sms": 132}, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8])])
+    targets = _tuned.describe_targets("sm_90", _shipped.ARCHS["sm_90"], list(_op.ops()))
+    assert targets == [_shipped.Target("sm_90", 114), _shipped.Target("sm_90", 132), _shipped.Target("sm_90", 132, H100)]
+    assert _tuned.describe_targets("sm_80", _shipped.ARCHS["sm_80"], list(_op.ops())) == [_shipped.Target("sm_80", 108)]
+
+
+def test_every_tunable_op_declares_problems_its_candidates_and_rule_agree_on() -> None:
+    tunable = {name: spec.tuning for name, spec in _op.ops().items() if spec.tuning is not None}
+    assert "swiglu" in tunable
+    for name, tuning in tunable.items():
+        assert tuning.problems, name
+        for problem in tuning.problems:
+            candidates = list(tuning.candidates(problem))
+            assert tuple(tuning.rule(problem)) in [tuple(c) for c in candidates], (name, problem)
+            assert len(candidates) == len(set(candidates)) and tuning.nbytes(problem) > 0
