@@ -230,7 +230,7 @@ class bdist_wheel(_bdist_wheel):
 setup(
     package_dir={"": "python"},
     packages=find_packages("python"),
-    package_data={PACKAGE: ["py.typed", "tuned/*.json"]},
+    package_data={PACKAGE: ["py.typed"], f"{PACKAGE}.tuned": ["*.json"]},
     rust_extensions=[
         RustExtension(
             f"{PACKAGE}.libcutile_kernels",

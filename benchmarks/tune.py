@@ -1,11 +1,11 @@
 """Fit an op's heuristic on this GPU: sweep its candidate configs over its tuning problems,
-then write its fitted table into the package (tuned/<op>.json, read by the op's heuristic).
+then write its fitted table into the package (tuned/<name>.json, read by the op's heuristic).
 
-    python benchmarks/tune.py OP [--budget SECONDS] [--results FILE] [--problems I,J] [--table FILE]
+    python benchmarks/tune.py NAME [--budget SECONDS] [--results FILE] [--problems I,J] [--table FILE]
 
-The op declares what to sweep in its own module (`OpSpec.tuning`, a _tuned.Tuning: problems,
-candidates, its rule, a bench that checks each config's result against its reference, bytes
-per call). Every config of a problem is compiled and checked first (a thread pool: tileiras
+NAME is a table an op declares in its own module (`OpSpec.tunings`, each a _tuned.Tuning:
+its name, problems, candidates, the op's rule, a bench that checks each config's result
+against its reference, bytes per call): `swiglu`, `swiglu_backward`, ... Every config of a problem is compiled and checked first (a thread pool: tileiras
 runs as a child process), then timed with triton.testing.do_bench (median, L2 flushed) or
 CUDA events. Each result is appended to --results as it is measured (JSON lines), and a
 rerun resumes from that file. At --budget seconds the sweep stops cleanly, listing what it
@@ -67,12 +67,12 @@ def fit(problems: list[tuple[Any, ...]], candidates: dict[str, list[tuple[int, .
     return entries, incomplete
 
 
-def write_table(path: Path, op: str, arch: str, device: str, meta: dict[str, Any], entries: list[dict[str, Any]]) -> None:
+def write_table(path: Path, table: str, arch: str, device: str, meta: dict[str, Any], entries: list[dict[str, Any]]) -> None:
     """This device's fit into `path`, other devices' kept; entries of problems not refitted
     now keep their earlier values. Written to a temporary file and renamed."""
     from tilegym_cutile_rs import _tuned
 
-    data: dict[str, Any] = {"format": _tuned.FORMAT, "op": op, "archs": {}}
+    data: dict[str, Any] = {"format": _tuned.FORMAT, "table": table, "archs": {}}
     if path.exists():
         try:
             data["archs"] = _tuned._checked(json.loads(path.read_text()))
@@ -116,24 +116,22 @@ def timer() -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("op")
+    parser.add_argument("name", help="the table to fit (an op's tuning name)")
     parser.add_argument("--budget", type=float, default=540.0, help="seconds; the sweep stops cleanly at it")
-    parser.add_argument("--results", type=Path, help="JSON lines of every measurement (default: tune-OP.jsonl)")
+    parser.add_argument("--results", type=Path, help="JSON lines of every measurement (default: tune-NAME.jsonl)")
     parser.add_argument("--problems", help="indices of the op's tuning problems to sweep (default: all)")
-    parser.add_argument("--table", type=Path, help="the fitted table to write (default: the package's tuned/OP.json in this checkout)")
+    parser.add_argument("--table", type=Path, help="the fitted table to write (default: the package's tuned/NAME.json in this checkout)")
     args = parser.parse_args(argv)
     started = time.monotonic()
 
     import torch
     from tilegym_cutile_rs import _op, _toolchain
 
-    spec = _op.ops().get(args.op)
-    if spec is None or spec.tuning is None:
-        tunable = [n for n, s in _op.ops().items() if s.tuning is not None]
-        parser.error(f"op {args.op!r} declares no tuning; tunable: {', '.join(tunable)}")
-    tuning = spec.tuning
-    results_path = args.results or Path(f"tune-{args.op}.jsonl")
-    table_path = args.table or HERE.parent / "python" / "tilegym_cutile_rs" / "tuned" / f"{args.op}.json"
+    tuning = _op.tunings().get(args.name)
+    if tuning is None:
+        parser.error(f"no op declares a tuning {args.name!r}; declared: {', '.join(_op.tunings())}")
+    results_path = args.results or Path(f"tune-{args.name}.jsonl")
+    table_path = args.table or HERE.parent / "python" / "tilegym_cutile_rs" / "tuned" / f"{args.name}.json"
     problems = list(tuning.problems)
     chosen = [problems[int(i)] for i in args.problems.split(",")] if args.problems else problems
 
@@ -143,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     arch, name = f"sm_{major}{minor}", torch.cuda.get_device_name(index)
     sms = torch.cuda.get_device_properties(index).multi_processor_count
     results = load_results(results_path)
-    print(f"tune {args.op} on {name} ({arch}, {sms} SMs): {len(chosen)} problems, {len(results)} results resumed from {results_path}",
+    print(f"tune {args.name} on {name} ({arch}, {sms} SMs): {len(chosen)} problems, {len(results)} results resumed from {results_path}",
           flush=True)
     candidates = {json.dumps(list(p)): [tuple(c) for c in tuning.candidates(p)] for p in problems}
     rule = {json.dumps(list(p)): tuple(tuning.rule(p)) for p in problems}
@@ -197,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"sms": sms, "commit": commit(), "tileiras": versions.get("tileiras") or versions.get("nvidia-cuda-tileiras", "unknown"),
             "date": datetime.date.today().isoformat()}
     if entries:
-        write_table(table_path, args.op, arch, name, meta, entries)
-    print(f"\n### {args.op} fitted on {name} ({arch}), commit {meta['commit']}, tileiras {meta['tileiras']}\n")
+        write_table(table_path, args.name, arch, name, meta, entries)
+    print(f"\n### {args.name} fitted on {name} ({arch}), commit {meta['commit']}, tileiras {meta['tileiras']}\n")
     print("| problem | rule | rule us | fitted | fitted us | rule / fitted |")
     print("| --- | --- | --- | --- | --- | --- |")
     for e in entries:

@@ -68,7 +68,7 @@ def test_a_shape_outside_the_set_raises_the_documented_error() -> None:
     message = str(result["raised"])
     major, minor = __import__("torch").cuda.get_device_capability()
     assert f"sm_{major}{minor}" in message and 'pip install "tilegym-cutile-rs[tileiras]"' in message, message
-    assert "(77, 12345)" in message and "softmax_row_loop" in message, message
+    assert "(77, 12345)" in message and "softmax_row_" in message, message  # names the kernel it needed
     assert result["stats"]["tileiras_runs"] == 0  # type: ignore[index]
 
 

@@ -54,6 +54,9 @@ def weights() -> list[torch.Tensor]:
 
 # Each op alone, compiled against eager: the same kernels on the same data, so bit-identical
 # outputs and gradients (the incoming gradient is given, so no torch arithmetic sits between).
+# softmax's gradient is the exception: it is torch's own formula, which Inductor compiles into
+# a kernel of its own (seen on an H100: 1 of 64000 bfloat16 gradients one ulp apart).
+TORCH_GRADIENT = {"softmax"}
 PER_OP: list[tuple[str, Callable[..., torch.Tensor], Callable[[], list[torch.Tensor]]]] = [
     ("softmax", lambda x: t.softmax(x, -1), lambda: [cuda(64, 1000)]),
     ("swiglu", t.swiglu, lambda: [cuda(64, 512), cuda(64, 512)]),
@@ -73,8 +76,9 @@ def test_compiled_op_matches_eager_exactly(name: str, fn: Callable[..., torch.Te
     compiled = torch.compile(fn, fullgraph=True)(*inputs)
     compiled_grads = torch.autograd.grad(compiled, inputs, dy)
     torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
+    tol = dict(rtol=1.6e-2, atol=1e-5) if name in TORCH_GRADIENT else dict(rtol=0, atol=0)
     for got, want in zip(compiled_grads, eager_grads, strict=True):
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(got, want, **tol)
 
 
 def test_compile_fullgraph_forward_and_backward_match_eager() -> None:

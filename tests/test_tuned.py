@@ -56,7 +56,7 @@ def test_a_written_table_round_trips_and_keeps_other_devices(tables: Path) -> No
     # A refit of some problems keeps this device's other entries.
     tune.write_table(path, "swiglu", "sm_90", H100, META, [entry(["float32", 1, 11008], [1, 16384, 0, 0])])
     data = json.loads(path.read_text())
-    assert data["format"] == _tuned.FORMAT and data["op"] == "swiglu"
+    assert data["format"] == _tuned.FORMAT and data["table"] == "swiglu"
     assert set(data["archs"]["sm_90"]) == {H100, H200}
     assert [e["problem"] for e in data["archs"]["sm_90"][H100]["entries"]] == [["bfloat16", 4096, 14336], ["float32", 1, 11008]]
     assert data["archs"]["sm_90"][H100]["commit"] == "abc1234"
@@ -138,14 +138,28 @@ def test_an_interrupted_sweep_resumes_from_its_results(tmp_path: Path) -> None:
 def test_the_build_describes_every_fitted_device(tables: Path) -> None:
     tune = tune_module()
     tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, {**META, "sms": 132}, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8])])
-    targets = _tuned.describe_targets("sm_90", _shipped.ARCHS["sm_90"], list(_op.ops()))
+    targets = _tuned.describe_targets("sm_90", _shipped.ARCHS["sm_90"], list(_op.tunings()))
     assert targets == [_shipped.Target("sm_90", 114), _shipped.Target("sm_90", 132), _shipped.Target("sm_90", 132, H100)]
-    assert _tuned.describe_targets("sm_80", _shipped.ARCHS["sm_80"], list(_op.ops())) == [_shipped.Target("sm_80", 108)]
+    assert _tuned.describe_targets("sm_80", _shipped.ARCHS["sm_80"], list(_op.tunings())) == [_shipped.Target("sm_80", 108)]
 
 
-def test_every_tunable_op_declares_problems_its_candidates_and_rule_agree_on() -> None:
-    tunable = {name: spec.tuning for name, spec in _op.ops().items() if spec.tuning is not None}
-    assert "swiglu" in tunable
+def test_the_backward_reads_its_own_table(tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tune = tune_module()
+    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, META, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8])])
+    on_device(monkeypatch, "sm_90", H100, 132)
+    assert sw.swiglu_config(4096, 14336, "bfloat16", 0) == sw.SwigluConfig(1, 16384, 0, 8)  # type: ignore[arg-type]
+    rule = sw.swiglu_rule(4096, 14336, "bfloat16")  # type: ignore[arg-type]
+    assert sw.swiglu_config(4096, 14336, "bfloat16", 0, backward=True) == rule  # type: ignore[arg-type]
+    tune.write_table(_tuned.path("swiglu_backward"), "swiglu_backward", "sm_90", H100, META,
+                     [entry(["bfloat16", 4096, 14336], [2, 2048, 0, 4])])
+    _tuned.table.cache_clear()
+    assert sw.swiglu_config(4096, 14336, "bfloat16", 0, backward=True) == sw.SwigluConfig(2, 2048, 0, 4)  # type: ignore[arg-type]
+
+
+def test_every_tuning_declares_problems_its_candidates_and_rule_agree_on() -> None:
+    tunable = _op.tunings()
+    assert {"swiglu", "swiglu_backward"} <= set(tunable)
+    assert all(name == tuning.name for name, tuning in tunable.items())
     for name, tuning in tunable.items():
         assert tuning.problems, name
         for problem in tuning.problems:

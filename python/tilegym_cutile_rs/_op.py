@@ -280,7 +280,8 @@ class OpSpec:
         of two and common LLM widths. The build runs it on meta tensors in describe mode; the
         GPU tests run it on the device with no toolchain.
     torch_ops: its torch operators (TorchOp, below), registered by register_torch_ops().
-    tuning: what benchmarks/tune.py sweeps to fit its heuristic (_tuned.Tuning), or None.
+    tunings: what benchmarks/tune.py sweeps to fit its heuristics (_tuned.Tuning, one per
+        table), if any.
     """
 
     name: str
@@ -289,7 +290,12 @@ class OpSpec:
     smoke: Callable[[torch.device], str]
     shipped: Callable[[torch.device], None]
     torch_ops: Sequence[TorchOp] = ()
-    tuning: _tuned.Tuning | None = None
+    tunings: Sequence[_tuned.Tuning] = ()
+
+
+def tunings() -> dict[str, _tuned.Tuning]:
+    """Every op's tunings, by table name."""
+    return {t.name: t for spec in ops().values() for t in spec.tunings}
 
 
 @functools.cache

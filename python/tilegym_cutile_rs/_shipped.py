@@ -117,7 +117,7 @@ def build(out: Path, archs: Sequence[str], jobs: int) -> dict[str, Any]:
     for arch in archs:
         if arch not in ARCHS:
             raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHS)}")
-        for target in _tuned.describe_targets(arch, ARCHS[arch], list(_op.ops())):
+        for target in _tuned.describe_targets(arch, ARCHS[arch], list(_op.tunings())):
             for name in _op.ops():
                 describe_op(name, target)
     written = _library.ffi().new("int32_t *")

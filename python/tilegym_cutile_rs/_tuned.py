@@ -1,10 +1,11 @@
 """Fitted config tables: what `benchmarks/tune.py` measured on a GPU, kept as data.
 
-An op that can be tuned declares a `Tuning` in its `OpSpec` (its candidates, tuning
-problems, rule and timing); the tool sweeps the candidates over the problems on the GPU
-and writes `tuned/<op>.json` into the package:
+An op that can be tuned declares one `Tuning` per heuristic in its `OpSpec.tunings` (a
+name, its candidates, tuning problems, rule and timing; swiglu has one for its forward and
+one for its backward kernel); the tool sweeps the candidates over the problems on the GPU
+and writes `tuned/<name>.json` into the package:
 
-    {"format": 1, "op": "swiglu",
+    {"format": 1, "table": "swiglu",
      "archs": {"sm_90": {"NVIDIA H100 80GB HBM3": {
          "sms": 132, "commit": "...", "tileiras": "13.4.92", "date": "2026-12-06",
          "entries": [{"problem": ["bfloat16", 4096, 14336], "config": [1, 16384, 0, 0],
@@ -41,8 +42,10 @@ Problem = tuple[Any, ...]  # (dtype name, extent, ...)
 
 @dataclass(frozen=True)
 class Tuning:
-    """What an op declares so that benchmarks/tune.py can fit its heuristic.
+    """What an op declares so that benchmarks/tune.py can fit one of its heuristics.
 
+    name: the table's name (`tuned/<name>.json`), unique across ops: the op's name, or the
+        op's name and the kernel's role (`swiglu_backward`).
     problems: the tuning problems, (dtype name, extents...), e.g. ("bfloat16", 4096, 14336).
     candidates(problem): the configs to try (each a tuple of ints, the op's config type).
     rule(problem): the op's own config for the problem (what a device without a table takes).
@@ -54,6 +57,7 @@ class Tuning:
         no taller than the problem); default: the config as it is.
     """
 
+    name: str
     problems: Sequence[Problem]
     candidates: Callable[[Problem], Sequence[tuple[int, ...]]]
     rule: Callable[[Problem], tuple[int, ...]]
@@ -62,15 +66,15 @@ class Tuning:
     adapt: Callable[[tuple[int, ...], Problem], tuple[int, ...]] = lambda config, problem: config
 
 
-def path(op: str, root: Path | None = None) -> Path:
-    return (root or TUNED_DIR) / f"{op}.json"
+def path(name: str, root: Path | None = None) -> Path:
+    return (root or TUNED_DIR) / f"{name}.json"
 
 
 @functools.cache
-def table(op: str) -> dict[str, Any]:
-    """`tuned/<op>.json` checked, as {arch: {device: fit}}; {} when there is none, and
+def table(name: str) -> dict[str, Any]:
+    """`tuned/<name>.json` checked, as {arch: {device: fit}}; {} when there is none, and
     (with a warning) when it is malformed."""
-    return load(path(op))
+    return load(path(name))
 
 
 def load(where: Path) -> dict[str, Any]:
@@ -112,13 +116,13 @@ def _checked(data: Any) -> dict[str, Any]:
     return archs
 
 
-def devices(op: str, arch: str) -> list[str]:
-    """The devices of `arch` that op `op` has a fitted table for."""
-    return sorted(table(op).get(arch, {}))
+def devices(table_name: str, arch: str) -> list[str]:
+    """The devices of `arch` that table `table_name` has a fit for."""
+    return sorted(table(table_name).get(arch, {}))
 
 
-def _device_fit(op: str, arch: str, name: str | None, sms: int) -> dict[str, Any] | None:
-    fits = table(op).get(arch)
+def _device_fit(table_name: str, arch: str, name: str | None, sms: int) -> dict[str, Any] | None:
+    fits = table(table_name).get(arch)
     if not fits:
         return None
     if name in fits:
@@ -151,11 +155,11 @@ def current_device(index: int) -> tuple[str, str | None, int]:
     return f"sm_{major}{minor}", torch.cuda.get_device_name(index), _device.sm_count(index)
 
 
-def fitted(op: str, problem: Problem, index: int, rule: Callable[[], tuple[int, ...]],
+def fitted(table_name: str, problem: Problem, index: int, rule: Callable[[], tuple[int, ...]],
            adapt: Callable[[tuple[int, ...], Problem], tuple[int, ...]] | None = None) -> tuple[int, ...]:
-    """The fitted config for `problem` on device `index`, else `rule()`."""
+    """The config table `table_name` fits to `problem` on device `index`, else `rule()`."""
     arch, name, sms = current_device(index)
-    fit = _device_fit(op, arch, name, sms)
+    fit = _device_fit(table_name, arch, name, sms)
     entry = nearest(fit["entries"], problem) if fit else None
     if entry is None:
         return rule()
@@ -163,14 +167,15 @@ def fitted(op: str, problem: Problem, index: int, rule: Callable[[], tuple[int, 
     return adapt(config, problem) if adapt else config
 
 
-def describe_targets(arch: str, sms: Sequence[int], ops: Sequence[str]) -> list[_shipped.Target]:
+def describe_targets(arch: str, sms: Sequence[int], tables: Sequence[str]) -> list[_shipped.Target]:
     """The targets the wheel's build describes for `arch`: each common SM count (a device
-    without a table of its own takes the nearest fitted one), and each fitted device."""
-    named = sorted({d for op in ops for d in devices(op, arch)})
+    without a table of its own takes the nearest fitted one), and each device one of
+    `tables` has a fit for."""
+    named = sorted({d for t in tables for d in devices(t, arch)})
     return [_shipped.Target(arch, n) for n in sms] + [
-        _shipped.Target(arch, _fitted_sms(ops, arch, d), d) for d in named
+        _shipped.Target(arch, _fitted_sms(tables, arch, d), d) for d in named
     ]
 
 
-def _fitted_sms(ops: Sequence[str], arch: str, device: str) -> int:
-    return next(int(table(op)[arch][device]["sms"]) for op in ops if device in table(op).get(arch, {}))
+def _fitted_sms(tables: Sequence[str], arch: str, device: str) -> int:
+    return next(int(table(t)[arch][device]["sms"]) for t in tables if device in table(t).get(arch, {}))

@@ -39,10 +39,11 @@ def swiglu_rule(m: int, h: int, dtype: torch.dtype) -> SwigluConfig:
     return SwigluConfig(min(max(1, TILE_ELEMENTS // block_n), _op.next_pow2(m)), block_n)
 
 
-def swiglu_config(m: int, h: int, dtype: torch.dtype, device: int | None = None) -> SwigluConfig:
-    """The heuristic's config for `[m, h]` operands of `dtype` (forward and backward) on CUDA
-    device `device` (default: the current one): the nearest problem of its fitted table
-    (benchmarks/tune.py, tuned/swiglu.json), else `swiglu_rule`."""
+def swiglu_config(m: int, h: int, dtype: torch.dtype, device: int | None = None, *, backward: bool = False) -> SwigluConfig:
+    """The heuristic's config for `[m, h]` operands of `dtype` on CUDA device `device`
+    (default: the current one), for the forward kernel or with `backward` the backward one:
+    the nearest problem of its fitted table (benchmarks/tune.py, tuned/swiglu.json or
+    tuned/swiglu_backward.json), else `swiglu_rule`."""
     if device is None:
         import torch
 
@@ -50,7 +51,8 @@ def swiglu_config(m: int, h: int, dtype: torch.dtype, device: int | None = None)
             return swiglu_rule(m, h, dtype)
         device = torch.cuda.current_device()
     problem = (str(dtype).removeprefix("torch."), m, h)
-    return SwigluConfig(*_tuned.fitted("swiglu", problem, device, lambda: swiglu_rule(m, h, dtype), _adapt))
+    table = "swiglu_backward" if backward else "swiglu"
+    return SwigluConfig(*_tuned.fitted(table, problem, device, lambda: swiglu_rule(m, h, dtype), _adapt))
 
 
 def _adapt(config: tuple[int, ...], problem: _tuned.Problem) -> tuple[int, ...]:
@@ -76,6 +78,7 @@ def swiglu_candidates(m: int, h: int, dtype: torch.dtype) -> list[SwigluConfig]:
 
 forward_plans = _op.Plans("swiglu", FORWARD)
 chooser = _op.Chooser("swiglu", SwigluConfig, forward_plans)
+backward_chooser = _op.Chooser("swiglu backward", SwigluConfig)
 
 
 def _rows(t: torch.Tensor, m: int, h: int) -> torch.Tensor:
@@ -108,6 +111,28 @@ def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool) -> Swiglu
     )
 
 
+def _choose_backward(a2: torch.Tensor, index: int, autotune: bool) -> SwigluConfig:
+    """The backward kernel's own config (its tiles hold three inputs and two outputs: the
+    forward's fitted tiles are not its best)."""
+    m, h = a2.shape
+
+    def tuner() -> Any:
+        import torch
+
+        dy, a, b = (torch.randn_like(a2) for _ in range(3))  # the caller's tensors stay untouched
+        dg = torch.empty((m, 2, h), dtype=a2.dtype, device=a2.device)
+        return lambda c: _launch_backward(dg, dy, a, b, c, index)
+
+    return backward_chooser.choose(
+        (index, a2.dtype, m, h),
+        lambda: f"swiglu_backward|{_device.name(index)}|{a2.dtype}|h<={_op.next_pow2(h)}|m~{min(_op.next_pow2(m), 1 << 20)}",
+        lambda: swiglu_config(m, h, a2.dtype, index, backward=True),
+        lambda: swiglu_candidates(m, h, a2.dtype),
+        tuner,
+        autotune,
+    )
+
+
 def _launch_forward(y2: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: SwigluConfig, index: int) -> None:
     what = ("swiglu", a2.dtype, tuple(a2.shape), "config", config)
     _op.call("swiglu", FORWARD, (*_op.tensor_descs(y2, a2, b2), *config), index, what)
@@ -120,37 +145,41 @@ def _launch_backward(
     _op.call("swiglu backward", BACKWARD, (*_op.tensor_descs(dg, dy2, a2, b2), *config), index, what)
 
 
-def _backward(dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, dg: torch.Tensor, config: SwigluConfig | None) -> None:
+def _backward(
+    dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, dg: torch.Tensor, config: Any, autotune: bool = False
+) -> None:
     """da and db of silu(a2) * b2 into `dg`, an `[M, 2, H]` view (da at [:, 0], db at [:, 1]).
-    `config`: the forward's, or None for the heuristic's (the torch operator's backward runs
-    without the forward's state)."""
+    `config`: the caller's explicit one, or None for the backward kernel's own choice
+    (`autotune` as the forward call's)."""
     m, h = a2.shape
     if m and h:
         index = _op.device_index(a2)
         if config is None:
             _device.prepare(index)
-            config = _choose(a2, index, None, False)
+            config = _choose_backward(a2, index, autotune)
+        else:
+            config = _op.check_config(config, SwigluConfig)
         _launch_backward(dg, _rows(dy, m, h), a2, b2, config, index)
 
 
 def _swiglu_grad_planes(
-    dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: SwigluConfig | None, shape: torch.Size
+    dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: Any, shape: torch.Size, autotune: bool = False
 ) -> torch.Tensor:
     """da and db stacked, `[2, *shape]`, from one backward launch into the two planes."""
     import torch
 
     planes = torch.empty((2, *a2.shape), dtype=a2.dtype, device=a2.device)  # da, db
-    _backward(dy, a2, b2, planes.permute(1, 0, 2), config)
+    _backward(dy, a2, b2, planes.permute(1, 0, 2), config, autotune)
     return planes.view(2, *shape)
 
 
-def _silu_and_mul_grad(dy: torch.Tensor, x2: torch.Tensor, config: SwigluConfig | None, shape: torch.Size) -> torch.Tensor:
+def _silu_and_mul_grad(dy: torch.Tensor, x2: torch.Tensor, config: Any, shape: torch.Size, autotune: bool = False) -> torch.Tensor:
     """dx of silu_and_mul on the `[M, 2H]` rows x2, as a tensor of `shape`, written once."""
     import torch
 
     m, h = x2.shape[0], x2.shape[1] // 2
     dx = torch.empty((m, 2 * h), dtype=x2.dtype, device=x2.device)
-    _backward(dy, x2[:, :h], x2[:, h:], dx.view(m, 2, h), config)
+    _backward(dy, x2[:, :h], x2[:, h:], dx.view(m, 2, h), config, autotune)
     return dx.view(shape)
 
 
@@ -205,7 +234,8 @@ def _autograd_functions() -> tuple[Any, Any]:
             m = a.numel() // max(h, 1)
             a2, b2 = _rows(a, m, h), _rows(b, m, h)
             y2 = torch.empty((m, h), dtype=a.dtype, device=a.device)
-            ctx.config = _forward(a2, b2, y2, config, autotune)
+            _forward(a2, b2, y2, config, autotune)
+            ctx.config, ctx.autotune = config, autotune  # an explicit config serves both kernels
             ctx.save_for_backward(a2, b2)
             ctx.shape = a.shape
             return y2.view(a.shape)
@@ -213,7 +243,7 @@ def _autograd_functions() -> tuple[Any, Any]:
         @staticmethod
         def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:
             a2, b2 = ctx.saved_tensors
-            da, db = _swiglu_grad_planes(dy, a2, b2, ctx.config, ctx.shape)
+            da, db = _swiglu_grad_planes(dy, a2, b2, ctx.config, ctx.shape, ctx.autotune)
             return da, db, None, None
 
     class SiluAndMul(torch.autograd.Function):
@@ -225,7 +255,8 @@ def _autograd_functions() -> tuple[Any, Any]:
             m, h = x.numel() // max(h2, 1), h2 // 2
             x2 = _rows(x, m, h2)
             y2 = torch.empty((m, h), dtype=x.dtype, device=x.device)
-            ctx.config = _forward(x2[:, :h], x2[:, h:], y2, config, autotune)
+            _forward(x2[:, :h], x2[:, h:], y2, config, autotune)
+            ctx.config, ctx.autotune = config, autotune
             ctx.save_for_backward(x2)
             ctx.shape = x.shape
             return y2.view(*x.shape[:-1], h)
@@ -233,7 +264,7 @@ def _autograd_functions() -> tuple[Any, Any]:
         @staticmethod
         def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None, None]:
             (x2,) = ctx.saved_tensors
-            return _silu_and_mul_grad(dy, x2, ctx.config, ctx.shape), None, None
+            return _silu_and_mul_grad(dy, x2, ctx.config, ctx.shape, ctx.autotune), None, None
 
     return Swiglu, SiluAndMul
 
@@ -558,8 +589,8 @@ def _shipped(device: torch.device) -> None:
         torch.autograd.backward([y], [torch.empty_like(y)])
 
 
-# benchmarks/tune.py's sweep: the forward (the backward takes the forward's config) over
-# benchmarks/swiglu_bench.py's rows, each dtype.
+# benchmarks/tune.py's sweeps, one table per kernel (the backward's tiles hold three inputs and
+# two outputs, so it fits apart): benchmarks/swiglu_bench.py's rows, each dtype.
 TUNING_SHAPES = [(4096, 14336), (16384, 14336), (4096, 11008), (1, 11008), (128, 14336), (65536, 512), (65536, 8192)]
 
 
@@ -579,6 +610,24 @@ def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
     return run
 
 
+def _tuning_bench_backward(problem: _tuned.Problem, device: Any) -> Any:
+    import torch
+
+    dtype_name, m, h = problem
+    dy, a, b = (torch.randn(m, h, device=device, dtype=getattr(torch, dtype_name)) for _ in range(3))
+    dg = torch.empty((m, 2, h), dtype=a.dtype, device=device)
+    s = torch.sigmoid(a.float())
+    ref = torch.stack([dy.float() * b.float() * s * (1 + a.float() * (1 - s)), dy.float() * a.float() * s], 1).to(a.dtype)
+
+    def run(config: tuple[int, ...]) -> Any:
+        chosen = SwigluConfig(*config)
+        _launch_backward(dg, dy, a, b, chosen, _op.device_index(a))
+        torch.testing.assert_close(dg, ref, rtol=2e-2, atol=1e-2)
+        return lambda: _launch_backward(dg, dy, a, b, chosen, _op.device_index(a))
+
+    return run
+
+
 def _tuning_candidates(problem: _tuned.Problem) -> list[SwigluConfig]:
     """The sweep's configs: tiles from 512 wide to a whole row of up to 8192 elements (or one
     row, when wider), each with tileiras' choice of warps, 4 or 8; occupancy left to tileiras."""
@@ -593,14 +642,30 @@ def _tuning_candidates(problem: _tuned.Problem) -> list[SwigluConfig]:
     return sorted({rule, *(SwigluConfig(bm, bn, 0, warps) for bm, bn in shapes for warps in (0, 4, 8))})
 
 
-TUNING = _tuned.Tuning(
-    problems=[(dt, m, h) for dt in SUPPORTED for m, h in TUNING_SHAPES],
-    candidates=_tuning_candidates,
-    rule=lambda p: swiglu_rule(p[1], p[2], p[0]),
-    bench=_tuning_bench,
-    nbytes=lambda p: 3 * p[1] * p[2] * {"float32": 4}.get(p[0], 2),
-    adapt=_adapt,
-)
+def _itemsize(dtype_name: str) -> int:
+    return 4 if dtype_name == "float32" else 2
+
+
+TUNINGS = [
+    _tuned.Tuning(
+        name="swiglu",
+        problems=[(dt, m, h) for dt in SUPPORTED for m, h in TUNING_SHAPES],
+        candidates=_tuning_candidates,
+        rule=lambda p: swiglu_rule(p[1], p[2], p[0]),
+        bench=_tuning_bench,
+        nbytes=lambda p: 3 * p[1] * p[2] * _itemsize(p[0]),  # a and b read, y written
+        adapt=_adapt,
+    ),
+    _tuned.Tuning(
+        name="swiglu_backward",
+        problems=[(dt, m, h) for dt in SUPPORTED for m, h in TUNING_SHAPES],
+        candidates=_tuning_candidates,
+        rule=lambda p: swiglu_rule(p[1], p[2], p[0]),
+        bench=_tuning_bench_backward,
+        nbytes=lambda p: 5 * p[1] * p[2] * _itemsize(p[0]),  # dy, a and b read, da and db written
+        adapt=_adapt,
+    ),
+]
 
 OP = _op.OpSpec(
     "swiglu",
@@ -609,5 +674,5 @@ OP = _op.OpSpec(
     smoke=_smoke,
     shipped=_shipped,
     torch_ops=TORCH_OPS,
-    tuning=TUNING,
+    tunings=TUNINGS,
 )
