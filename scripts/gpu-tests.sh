@@ -115,7 +115,11 @@ for op in sorted(provided_ops()):
     echo "-- $pass: -k '$select'"
     (cd "$TILEGYM_TESTS" && PATH=${no_cargo_path%:} TILEGYM_CUTILE_RS_REGISTER=1 PYTEST_ADDOPTS=$addopts \
        "$python" -m pytest -p tilegym_cutile_rs "${tilegym_files[@]}" -k "$select" -q -ra \
-       --junitxml="$results/junit-tilegym-$pass.xml") || status=$?
+       --junitxml="$results/junit-tilegym-$pass.xml") || rc=$?
+    # A failing case (exit 1) is the verdict's to judge below; anything else (an interrupted
+    # or broken run) fails the job.
+    if (( ${rc:-0} > 1 )); then status=$rc; fi
+    unset rc
   done
   card_gib=$("$python" -c "import torch; print(torch.cuda.get_device_properties(0).total_memory / 2**30)")
   "$python" scripts/tilegym_junit.py "$results"/junit-tilegym-{rest,perf}.xml --card-gib "$card_gib" || status=1
