@@ -230,7 +230,7 @@ class bdist_wheel(_bdist_wheel):
 setup(
     package_dir={"": "python"},
     packages=find_packages("python"),
-    package_data={PACKAGE: ["py.typed"], f"{PACKAGE}.tuned": ["*.json"]},
+    package_data={PACKAGE: ["py.typed"], f"{PACKAGE}.tuned": ["*.json"], f"{PACKAGE}.ops.softmax": ["rules.json"]},
     rust_extensions=[
         RustExtension(
             f"{PACKAGE}.libcutile_kernels",

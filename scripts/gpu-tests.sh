@@ -126,7 +126,7 @@ for op in sorted(provided_ops()):
 fi
 
 # BENCHMARKS names the scripts to run, as benchmarks/<name>.py or benchmarks/<name>_bench.py
-# (e.g. "softmax swiglu first_call softmax_sweep softmax_profile"); by default every
+# (e.g. "softmax swiglu first_call softmax_profile"); by default every
 # benchmarks/*_bench.py but the build one, so an op's benchmark runs once its file exists.
 # BENCH_ARGS go to each. Tables go to $RESULTS_DIR/<script>.md.
 default_benchmarks=$(cd benchmarks && ls ./*_bench.py | sed 's|^\./||; s|\.py$||' | grep -v '^build_bench$' | tr '\n' ' ')

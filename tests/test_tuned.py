@@ -166,3 +166,38 @@ def test_every_tuning_declares_problems_its_candidates_and_rule_agree_on() -> No
             candidates = list(tuning.candidates(problem))
             assert tuple(tuning.rule(problem)) in [tuple(c) for c in candidates], (name, problem)
             assert len(candidates) == len(set(candidates)) and tuning.nbytes(problem) > 0
+
+
+def test_a_softmax_fit_carries_only_to_the_same_kernel_family_and_row_class(tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from tilegym_cutile_rs.ops.softmax import heuristic as sm
+
+    tune = tune_module()
+    tune.write_table(_tuned.path("softmax"), "softmax", "sm_90", H100, META, [
+        {"problem": ["bfloat16", 4096, 50257], "config": [1, 4096, 2, 8], "us": 200.0, "rule": [1, 8192, 4, 8], "rule_us": 250.0},
+        {"problem": ["bfloat16", 8192, 1000], "config": [16, 1024, 4, 0], "us": 10.0, "rule": [8, 1024, 0, 0], "rule_us": 12.0},
+    ])
+    on_device(monkeypatch, "sm_90", H100, 132)
+    bf16 = torch.bfloat16
+    assert sm.softmax_config(8192, 50257, bf16, device=0) == sm.SoftmaxConfig(1, 4096, 2, 8)  # same family and class
+    assert sm.softmax_config(4096, 1000, bf16, device=0) == sm.SoftmaxConfig(16, 1024, 4, 0)
+    assert sm.softmax_config(8, 1000, bf16, device=0) == sm.SoftmaxConfig(8, 1024, 4, 0)  # row block cut to the rows
+    # Another row-length class, another kernel family (a power of two: the exact kernels) or
+    # strided rows: the rule.
+    assert sm.softmax_config(4096, 2000, bf16, device=0) == sm.softmax_rule(4096, 2000, bf16)
+    assert sm.row_family(bf16, 8192, 1024) != sm.row_family(bf16, 8192, 1000)
+    assert sm.softmax_config(8192, 1024, bf16, device=0) == sm.softmax_rule(8192, 1024, bf16)
+    assert sm.softmax_config(4096, 50264, bf16, device=0) == sm.softmax_rule(4096, 50264, bf16)  # whole vectors: not gathered
+    strided = sm.row_family(bf16, 4096, 50264, 50267)  # gathered like the fit's rows, but strided: the fits are contiguous
+    assert strided == sm.row_family(bf16, 4096, 50257)
+    assert sm.softmax_config(4096, 50264, bf16, strided, device=0) == sm.softmax_rule(4096, 50264, bf16, strided)
+
+
+def test_softmaxs_rule_is_data() -> None:
+    # The H200 tables are read from rules.json, not typed into the heuristic.
+    from tilegym_cutile_rs.ops.softmax import heuristic as sm
+
+    rules = json.loads((Path(sm.__file__).parent / "rules.json").read_text())
+    assert [list(r) for r in sm.SINGLE_TILE[4]] == rules["single_tile"]["4"] and sm.MIN_CTAS == rules["min_ctas"]
+    source = Path(sm.__file__).read_text()
+    assert "SINGLE_TILE = _rows(" in source and "(256, 1024, 1, 0)" not in source

@@ -53,8 +53,9 @@ class Tuning:
         a callable that runs the op once with it; the callable checks its result against the
         op's reference on its first call and raises AssertionError when it is wrong.
     nbytes(problem): bytes one call must move (the sweep prints GB/s).
-    adapt(config, problem): a fitted config made fit for a nearby problem (e.g. a row block
-        no taller than the problem); default: the config as it is.
+    adapt(config, problem, fitted): the config fitted for problem `fitted` made fit for the
+        nearby `problem` (e.g. a row block no taller than its rows), or None where it does not
+        carry over (the rule decides); default: the config as it is.
     """
 
     name: str
@@ -63,7 +64,7 @@ class Tuning:
     rule: Callable[[Problem], tuple[int, ...]]
     bench: Callable[[Problem, Any], Callable[[tuple[int, ...]], Callable[[], object]]]
     nbytes: Callable[[Problem], int]
-    adapt: Callable[[tuple[int, ...], Problem], tuple[int, ...]] = lambda config, problem: config
+    adapt: Callable[[tuple[int, ...], Problem, Problem], tuple[int, ...] | None] = lambda config, problem, fitted: config
 
 
 def path(name: str, root: Path | None = None) -> Path:
@@ -156,15 +157,18 @@ def current_device(index: int) -> tuple[str, str | None, int]:
 
 
 def fitted(table_name: str, problem: Problem, index: int, rule: Callable[[], tuple[int, ...]],
-           adapt: Callable[[tuple[int, ...], Problem], tuple[int, ...]] | None = None) -> tuple[int, ...]:
-    """The config table `table_name` fits to `problem` on device `index`, else `rule()`."""
+           adapt: Callable[[tuple[int, ...], Problem, Problem], tuple[int, ...] | None] | None = None) -> tuple[int, ...]:
+    """The config table `table_name` fits to `problem` on device `index` (through `adapt`,
+    as `Tuning.adapt`), else `rule()`."""
     arch, name, sms = current_device(index)
     fit = _device_fit(table_name, arch, name, sms)
     entry = nearest(fit["entries"], problem) if fit else None
     if entry is None:
         return rule()
-    config = tuple(entry["config"])
-    return adapt(config, problem) if adapt else config
+    config: tuple[int, ...] | None = tuple(entry["config"])
+    if adapt is not None:
+        config = adapt(config, problem, tuple(entry["problem"]))  # type: ignore[arg-type]
+    return rule() if config is None else config
 
 
 def describe_targets(arch: str, sms: Sequence[int], tables: Sequence[str]) -> list[_shipped.Target]:

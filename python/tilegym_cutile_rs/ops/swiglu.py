@@ -55,7 +55,7 @@ def swiglu_config(m: int, h: int, dtype: torch.dtype, device: int | None = None,
     return SwigluConfig(*_tuned.fitted(table, problem, device, lambda: swiglu_rule(m, h, dtype), _adapt))
 
 
-def _adapt(config: tuple[int, ...], problem: _tuned.Problem) -> tuple[int, ...]:
+def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem) -> tuple[int, ...]:
     """A fitted config for a nearby problem: row and column blocks no larger than the problem's."""
     _, m, h = problem
     return (min(config[0], _op.next_pow2(m)), min(config[1], _op.next_pow2(h)), *config[2:])

@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from ... import _device, _op
-from .heuristic import SoftmaxConfig, row_family, shape_class, softmax_candidates, softmax_config
+from ... import _device, _op, _tuned
+from .heuristic import SoftmaxConfig, adapt_fitted, row_family, shape_class, softmax_candidates, softmax_config, softmax_rule
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SoftmaxConfig", "softmax", "softmax_candidates", "softmax_config"]
+__all__ = ["SoftmaxConfig", "softmax", "softmax_candidates", "softmax_config", "softmax_rule"]
 
 SUPPORTED = ("float32", "float16", "bfloat16")
 EXPORT = "cutile_softmax"
@@ -41,7 +41,7 @@ def _choose(x2: torch.Tensor, index: int, autotune: bool) -> SoftmaxConfig:
     return chooser.choose(
         (index, x2.dtype, m, n, row_stride % 8),
         lambda: shape_class(_device.name(index), x2.dtype, m, n, family()),
-        lambda: softmax_config(m, n, x2.dtype, family()),
+        lambda: softmax_config(m, n, x2.dtype, family(), index),
         lambda: softmax_candidates(m, n, x2.dtype, family()),
         tuner,
         autotune,
@@ -265,6 +265,47 @@ TORCH_OPS = (
     _op.TorchOp("softmax", "(Tensor x, int dim, int[] config) -> Tensor", _op_softmax, _fake_softmax, _backward_softmax, _setup_softmax),
 )
 
+# benchmarks/tune.py softmax: the shapes of the H200 sweeps behind the rule (docs/benchmarks.md),
+# the vocabulary rows sampling runs, and TileGym's test rows, in every dtype; contiguous rows.
+TUNING_SHAPES = [(8192, 256), (8192, 1024), (8192, 4096), (4096, 8192), (4096, 16384), (2048, 32768),
+                 (4096, 32000), (4096, 50257), (4096, 128256), (256, 256), (256, 2048), (256, 32768), (256, 9), (256, 1009)]
+
+
+def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
+    import torch
+
+    dtype_name, m, n = problem
+    x = torch.randn(m, n, device=device, dtype=getattr(torch, dtype_name))
+    y, ref = torch.empty_like(x), torch.softmax(x.float(), -1)
+
+    def run(config: tuple[int, ...]) -> Any:
+        chosen = SoftmaxConfig(*config)
+        _launch(x, y, chosen, _op.device_index(x))
+        torch.testing.assert_close(y.float(), ref, rtol=2e-2, atol=1e-3)
+        return lambda: _launch(x, y, chosen, _op.device_index(x))
+
+    return run
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
+
+
+TUNINGS = [
+    _tuned.Tuning(
+        name="softmax",
+        problems=[(dt, m, n) for dt in SUPPORTED for m, n in TUNING_SHAPES],
+        candidates=lambda p: softmax_candidates(p[1], p[2], _dtype(p[0])),
+        rule=lambda p: softmax_rule(p[1], p[2], _dtype(p[0])),
+        bench=_tuning_bench,
+        nbytes=lambda p: 2 * p[1] * p[2] * _dtype(p[0]).itemsize,  # x read, y written
+        adapt=adapt_fitted,
+    )
+]
+
 OP = _op.OpSpec(
-    "softmax", tilegym={"softmax": _tilegym_softmax}, warmup=_warmup, smoke=_smoke, shipped=_shipped, torch_ops=TORCH_OPS
+    "softmax", tilegym={"softmax": _tilegym_softmax}, warmup=_warmup, smoke=_smoke, shipped=_shipped, torch_ops=TORCH_OPS,
+    tunings=TUNINGS,
 )

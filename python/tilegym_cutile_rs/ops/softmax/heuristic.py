@@ -1,18 +1,22 @@
 """Softmax's shape heuristic: which tile config an [m, n] softmax takes.
 
-Every table is fitted to `benchmarks/softmax_sweep.py` on the H200 (kernel time
-from CUPTI); docs/benchmarks.md has the sweeps, and says which measurement each
-entry rests on. Which kernel family a row takes (plain, exact-width or gather) is
-the library's decision (`cutile_softmax_row_family`, launch.rs): the tables are
-looked up by it, never by a copy of its rule.
+A device with a fitted table (`benchmarks/tune.py softmax`, tuned/softmax.json) takes the
+entry of its nearest problem with the same kernel family and row-length class; otherwise
+the rule: tables fitted on the H200 (kernel time from CUPTI), kept as data in rules.json
+beside this file; docs/benchmarks.md has the sweeps and says which measurement each entry
+rests on. Which kernel family a row takes (plain, exact-width or gather) is the library's
+decision (`cutile_softmax_row_family`, launch.rs): the tables are looked up by it, never by
+a copy of its rule.
 """
 
 from __future__ import annotations
 
+import json
 import sys
-from typing import TYPE_CHECKING, NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ... import _library
+from ... import _library, _tuned
 from ..._op import next_pow2
 
 if TYPE_CHECKING:
@@ -30,74 +34,42 @@ class SoftmaxConfig(NamedTuple):
     warps: int = 0
 
 
-# Per element size, rows up to `block_n` elements take one register tile of
-# `elements` per CTA (block_m = elements // block_n rows) with `occupancy` and
-# `warps`; longer rows loop over LOOP tiles (two reads: online max/sum, then
-# normalise). Eight warps pay for wide tiles: with them one float32 tile holds a
-# 32768-element row.
-SINGLE_TILE = {  # element size -> [(largest block_n, elements per CTA tile, occupancy, warps)]
-    4: [
-        (256, 1024, 1, 0),
-        (1024, 4096, 0, 0),
-        (2048, 8192, 1, 0),
-        (4096, 4096, 4, 0),
-        (8192, 8192, 4, 8),
-        (16384, 16384, 2, 0),
-        (32768, 32768, 1, 8),
-    ],
-    2: [
-        (256, 1024, 0, 0),
-        (512, 1024, 4, 0),
-        (1024, 2048, 0, 0),
-        (2048, 8192, 4, 0),
-        (4096, 8192, 4, 0),
-        (8192, 16384, 4, 8),
-    ],
+# The rule's tables, fitted on an H200 and kept as data (rules.json, which says what each
+# rests on): per element size, rows up to `block_n` elements take one register tile of
+# `elements` per CTA (block_m = elements // block_n rows) with `occupancy` and `warps`;
+# longer rows loop over LOOP tiles (two reads: online max/sum, then normalise).
+# FEW_ROWS_WARPS: worker warps when the rows are too few for the entry's row blocks (block_m
+# cut to keep MIN_CTAS CTAs). GATHER_*: 2-byte rows that are not whole 16-byte vectors, one
+# row per CTA from 2048 wide, loop tiles by row count (below GATHER_LOOP_ROWS rows and from
+# it). EXACT_*: power-of-two rows (no column bounds checks); EXACT_LOOP's rows are (largest n,
+# block_n, occupancy, warps), and exact row blocks shrink for MIN_CTAS only down to
+# EXACT_MIN_TILE_ELEMENTS elements per CTA. Row blocks stop at MAX_BLOCK_M rows.
+_RULES = json.loads((Path(__file__).parent / "rules.json").read_text())
+
+
+def _by_size(table: dict[str, Any]) -> dict[int, Any]:
+    return {int(size): value for size, value in table.items()}
+
+
+def _rows(table: dict[str, Any]) -> dict[int, list[tuple[int, ...]]]:
+    return {size: [tuple(row) for row in rows] for size, rows in _by_size(table).items()}
+
+
+SINGLE_TILE = _rows(_RULES["single_tile"])
+FEW_ROWS_WARPS: dict[int, int] = _by_size(_RULES["few_rows_warps"])
+LOOP: dict[int, tuple[int, ...]] = {size: tuple(row) for size, row in _by_size(_RULES["loop"]).items()}
+GATHER_SINGLE_TILE = _rows(_RULES["gather_single_tile"])
+GATHER_LOOP: dict[int, tuple[tuple[int, ...], ...]] = {
+    size: tuple(tuple(row) for row in rows) for size, rows in _by_size(_RULES["gather_loop"]).items()
 }
-# element size -> worker warps when the rows are too few for the entry's row
-# blocks (block_m cut to keep MIN_CTAS CTAs): a grid of one-row 2-byte tiles keeps
-# too few loads in flight with four warps.
-FEW_ROWS_WARPS = {2: 8}
-# Loop tiles of the software-pipelined loop kernels: float32 loops over 8192-wide
-# tiles, as its 16384-wide ones spill with two tiles in flight.
-LOOP = {4: (8192, 2, 8), 2: (8192, 4, 0)}  # element size -> (block_n, occupancy, warps)
-# Gathered rows (2-byte rows that are not whole 16-byte vectors) want one row per
-# CTA from 2048 wide, and in the loop narrower tiles when rows are many, wide ones
-# with 8 warps when they are few (each CTA then keeps more loads in flight).
-GATHER_SINGLE_TILE = {
-    2: [
-        (256, 2048, 0, 0),
-        (1024, 4096, 0, 0),
-        (2048, 2048, 0, 0),
-        (4096, 4096, 1, 8),
-        (8192, 8192, 1, 8),
-    ],
+GATHER_LOOP_ROWS: int = _RULES["gather_loop_rows"]
+EXACT_SINGLE_TILE = _rows(_RULES["exact_single_tile"])
+EXACT_LOOP = {  # a largest n of null: no limit
+    size: [(sys.maxsize if row[0] is None else row[0], *row[1:]) for row in rows] for size, rows in _by_size(_RULES["exact_loop"]).items()
 }
-# element size -> (block_n, occupancy, warps) below GATHER_LOOP_ROWS rows, and from it
-GATHER_LOOP = {2: ((8192, 2, 8), (4096, 4, 8))}
-GATHER_LOOP_ROWS = 2048
-# Exact-width rows (a power of two, no column bounds checks) let 2-byte rows keep one
-# row per CTA with 8 warps from 4096 wide and one tile up to 16384; float32's
-# single tiles measured within noise of SINGLE_TILE, which they keep.
-EXACT_SINGLE_TILE = {
-    4: SINGLE_TILE[4],
-    # SINGLE_TILE's rows up to 2048 wide, refitted rows from 4096.
-    2: [row for row in SINGLE_TILE[2] if row[0] <= 2048] + [(4096, 4096, 2, 8), (8192, 8192, 2, 0), (16384, 16384, 0, 8)],
-}
-# element size -> [(largest n, block_n, occupancy, warps)] for exact rows over one
-# tile. A loop of only two exact tiles has a static trip count that tileiras
-# unrolls, keeping the whole row in registers: 32768-wide 2-byte rows loop over
-# four 8192-wide tiles instead.
-EXACT_LOOP = {
-    4: [(sys.maxsize, 16384, 1, 8)],
-    2: [(32768, 8192, 4, 0), (sys.maxsize, 16384, 2, 8)],
-}
-# Exact rows' row blocks shrink for MIN_CTAS only down to this many elements per CTA.
-EXACT_MIN_TILE_ELEMENTS = 1024
-MAX_BLOCK_M = 64
-# Row blocks shrink until there are this many CTAs (when there are rows enough):
-# about two per SM of an H200 (132 SMs); few-row problems were fastest so.
-MIN_CTAS = 256
+EXACT_MIN_TILE_ELEMENTS: int = _RULES["exact_min_tile_elements"]
+MAX_BLOCK_M: int = _RULES["max_block_m"]
+MIN_CTAS: int = _RULES["min_ctas"]
 # The widest single tile the autotuner tries (register pressure beyond it).
 MAX_TILE_ELEMENTS = 32768
 # Worker warps per CTA the autotuner tries: tileiras' choice, or 8.
@@ -115,9 +87,40 @@ def row_family(dtype: torch.dtype, m: int, n: int, row_stride: int | None = None
     return int(family[0])
 
 
-def softmax_config(m: int, n: int, dtype: torch.dtype, family: int | None = None) -> SoftmaxConfig:
+def softmax_config(m: int, n: int, dtype: torch.dtype, family: int | None = None, device: int | None = None) -> SoftmaxConfig:
     """The heuristic's config for an [m, n] softmax of `dtype` whose rows take kernel
-    `family` (default: contiguous rows' family, asked of the library)."""
+    `family` (default: contiguous rows' family, asked of the library) on CUDA device
+    `device` (default: the current one, if any): its fitted table's, else `softmax_rule`'s."""
+    if family is None:
+        family = row_family(dtype, m, n)
+    if device is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return softmax_rule(m, n, dtype, family)
+        device = torch.cuda.current_device()
+    if family != row_family(dtype, m, n):  # the fits are of contiguous rows
+        return softmax_rule(m, n, dtype, family)
+    problem = (str(dtype).removeprefix("torch."), m, n)
+    fitted = _tuned.fitted("softmax", problem, device, lambda: softmax_rule(m, n, dtype, family), adapt_fitted)
+    return SoftmaxConfig(*fitted)
+
+
+def adapt_fitted(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem) -> tuple[int, ...] | None:
+    """A fitted config for a nearby problem of the same kernel family and row-length class
+    (its tiles are sized by the row length), with row blocks no taller than its rows."""
+    import torch
+
+    dtype_name, m, n = problem
+    dtype = getattr(torch, dtype_name)
+    if next_pow2(n) != next_pow2(fitted[2]) or row_family(dtype, m, n) != row_family(dtype, fitted[1], fitted[2]):
+        return None
+    return (min(config[0], next_pow2(m)), *config[1:])
+
+
+def softmax_rule(m: int, n: int, dtype: torch.dtype, family: int | None = None) -> SoftmaxConfig:
+    """The rule's config (rules.json) for an [m, n] softmax of `dtype` whose rows take kernel
+    `family` (default: contiguous rows' family)."""
     lib = _library.library()
     size = dtype.itemsize
     if family is None:
@@ -148,6 +151,7 @@ def softmax_config(m: int, n: int, dtype: torch.dtype, family: int | None = None
 def softmax_candidates(m: int, n: int, dtype: torch.dtype, family: int | None = None) -> list[SoftmaxConfig]:
     """The autotuner's search space around the heuristic: row blocks, tile widths, occupancy, warps."""
     base = softmax_config(m, n, dtype, family)
+    rule = softmax_rule(m, n, dtype, family)
     shapes: set[tuple[int, int]] = set()
     block_n = next_pow2(n)
     if block_n <= MAX_TILE_ELEMENTS:  # one tile per row block
@@ -159,7 +163,7 @@ def softmax_candidates(m: int, n: int, dtype: torch.dtype, family: int | None = 
             if width < n:
                 shapes.add((1, width))
     configs = {SoftmaxConfig(bm, bn, occ, warps) for bm, bn in shapes for occ in (0, 1, 2, 4) for warps in WARPS}
-    configs.add(base)
+    configs.update((base, rule))
     return sorted(configs)
 
 
