@@ -124,5 +124,5 @@ class Rows:
     def report(self) -> None:
         """Print which selected rows the budget left unmeasured (nothing when all were)."""
         if self.unmeasured:
-            print(f"\nNOT MEASURED (budget {self.budget:.0f} s spent): {len(self.unmeasured)} of {len(self.selected)} rows: "
+            print(f"\nNOT MEASURED (budget {self.budget:g} s spent): {len(self.unmeasured)} of {len(self.selected)} rows: "
                   + ", ".join(map(str, self.unmeasured)), flush=True)

@@ -1,6 +1,6 @@
 """Where softmax time goes, ours against torch.softmax and Triton, per shape.
 
-    python benchmarks/softmax_profile.py [--shapes 256x256,8192x256] [--dtypes float32,bfloat16]
+    python benchmarks/softmax_profile.py [--shapes 256x256,8192x256] [--dtypes float32,bfloat16] [--rows I,J] [--budget S]
 
 Per shape and dtype, for ours, torch.softmax and (when importable) the Triton
 softmax softmax_bench.py times (_peers.py), in microseconds per call:
@@ -28,7 +28,7 @@ from typing import Any
 import tilegym_cutile_rs
 import torch
 from _peers import triton_softmax
-from _timing import flush_buffer, host_us_per_call, kernel_us
+from _timing import Rows, flush_buffer, host_us_per_call, kernel_us
 from tilegym_cutile_rs import _abi, _device, _library
 from tilegym_cutile_rs.ops import softmax as sm
 
@@ -64,7 +64,7 @@ def queued_us(fn: Callable[[], Any]) -> tuple[float, float]:
     return start.elapsed_time(end) * 1e3 / CALLS, host
 
 
-def per_shape(shapes: str, dtypes: str) -> None:
+def per_shape(rows: Any) -> None:
     fns: dict[str, Callable[[Any], Any]] = {"ours": tilegym_cutile_rs.softmax, "torch": lambda x: torch.softmax(x, -1)}
     triton = triton_softmax()
     if triton is not None:
@@ -74,24 +74,22 @@ def per_shape(shapes: str, dtypes: str) -> None:
         cols += [f"{who} kernel", f"{who} kernel flushed", f"{who} events", f"{who} queued", f"{who} host"]
     print("| " + " | ".join(cols) + " |")
     print("|" + " --- |" * len(cols))
-    for shape in shapes.split(","):
-        m, n = (int(v) for v in shape.split("x"))
-        for dtype_name in dtypes.split(","):
-            x = torch.randn(m, n, device="cuda", dtype=getattr(torch, dtype_name))
-            row = [f"{m} x {n}", dtype_name, str(sm.softmax_config(m, n, x.dtype))]
-            for f in fns.values():
-                fn = functools.partial(f, x)
-                for _ in range(3):  # compile (or load from the kernel cache) and make the plan first
-                    fn()
-                queued, host = queued_us(fn)
-                row += [
-                    f"{kernel_us(fn, reps=20, flush=False):.1f}",
-                    f"{kernel_us(fn, reps=20, flush=True):.1f}",
-                    f"{events_us(fn):.1f}",
-                    f"{queued:.1f}",
-                    f"{host:.1f}",
-                ]
-            print("| " + " | ".join(row) + " |", flush=True)
+    for m, n, dtype_name in rows:
+        x = torch.randn(m, n, device="cuda", dtype=getattr(torch, dtype_name))
+        row = [f"{m} x {n}", dtype_name, str(sm.softmax_config(m, n, x.dtype))]
+        for f in fns.values():
+            fn = functools.partial(f, x)
+            for _ in range(3):  # compile (or load from the kernel cache) and make the plan first
+                fn()
+            queued, host = queued_us(fn)
+            row += [
+                f"{kernel_us(fn, reps=20, flush=False):.1f}",
+                f"{kernel_us(fn, reps=20, flush=True):.1f}",
+                f"{events_us(fn):.1f}",
+                f"{queued:.1f}",
+                f"{host:.1f}",
+            ]
+        print("| " + " | ".join(row) + " |", flush=True)
 
 
 def host_split(calls: int = 20000) -> None:
@@ -124,13 +122,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=SHAPES)
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    Rows.add_arguments(parser)
     args = parser.parse_args()
+    shape_rows = [(int(m), int(n), dt) for m, n in (s.split("x") for s in args.shapes.split(",")) for dt in args.dtypes.split(",")]
+    rows = Rows.from_args(args, ["host split", *shape_rows])
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
     # Host times first: once torch.profiler has run in a process, every launch in it costs more
     # (torch.softmax on the H200: 16.4 us per call timed after it, 7.8 us before).
-    host_split()
-    print()
-    per_shape(args.shapes, args.dtypes)
+    if "host split" in [rows.rows[i] for i in rows.selected]:
+        host_split()
+        print()
+    per_shape(row for row in rows if row != "host split")
+    rows.report()
 
 
 if __name__ == "__main__":

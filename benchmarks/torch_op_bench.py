@@ -1,7 +1,7 @@
 """What a torch operator call costs by registration route, the choice behind docs/design.md,
 "Torch operators"; and the check every eager call of ours pays.
 
-    python benchmarks/torch_op_bench.py [--calls N]
+    python benchmarks/torch_op_bench.py [--calls N] [--rows I,J] [--budget S] [--list-rows]
 
 Two operators with the same trivial CPU kernel (returns a new empty tensor like its input,
 as our kernels allocate their output), one defined through
@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from _timing import Rows
 
 
 def per_call(fn: Callable[[], Any], calls: int) -> float:
@@ -37,6 +38,7 @@ def per_call(fn: Callable[[], Any], calls: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=20000)
+    Rows.add_arguments(parser)
     args = parser.parse_args()
 
     lib = torch.library.Library("tilegym_bench", "FRAGMENT")  # type: ignore[no-untyped-call]
@@ -50,17 +52,22 @@ def main() -> None:
     from tilegym_cutile_rs import _op
 
     x = torch.empty(4)
-    rows = [
-        ("torch.library.Library define/impl (ours)", per_call(lambda: torch.ops.tilegym_bench.direct(x), args.calls)),
-        ("torch.library.custom_op", per_call(lambda: torch.ops.tilegym_bench.wrapped(x), args.calls)),
-        ("our eager check, _op.is_compiling()", per_call(_op.is_compiling, args.calls)),
-        ("a bare Python call (lambda: None)", per_call(lambda: None, args.calls)),
-    ]
-    base = rows[0][1]
+    calls: dict[str, Any] = {
+        "torch.library.Library define/impl (ours)": lambda: torch.ops.tilegym_bench.direct(x),
+        "torch.library.custom_op": lambda: torch.ops.tilegym_bench.wrapped(x),
+        "our eager check, _op.is_compiling()": _op.is_compiling,
+        "a bare Python call (lambda: None)": lambda: None,
+    }
+    rows = Rows.from_args(args, list(calls))
+    base = None
     print("| call | us per call | vs Library route |")
     print("| --- | --- | --- |")
-    for name, us in rows:
-        print(f"| {name} | {us:.2f} | {us / base:.2f}x |")
+    for name in rows:
+        us = per_call(calls[name], args.calls)
+        if name == "torch.library.Library define/impl (ours)":
+            base = us
+        print(f"| {name} | {us:.2f} | {f'{us / base:.2f}x' if base else '-'} |", flush=True)
+    rows.report()
 
 
 if __name__ == "__main__":
