@@ -642,30 +642,21 @@ def _tuning_candidates(problem: _tuned.Problem) -> list[SwigluConfig]:
     return sorted({rule, *(SwigluConfig(bm, bn, 0, warps) for bm, bn in shapes for warps in (0, 4, 8))})
 
 
-def _itemsize(dtype_name: str) -> int:
-    return 4 if dtype_name == "float32" else 2
-
-
-TUNINGS = [
-    _tuned.Tuning(
-        name="swiglu",
+def _tuning(name: str, bench: Any, planes: int) -> _tuned.Tuning:
+    """A swiglu kernel's tuning over TUNING_SHAPES in every dtype; `planes`: [M, H] tensors a call
+    reads and writes (forward: a, b, y; backward: dy, a, b, da, db)."""
+    return _tuned.Tuning(
+        name=name,
         problems=[(dt, m, h) for dt in SUPPORTED for m, h in TUNING_SHAPES],
         candidates=_tuning_candidates,
         rule=lambda p: swiglu_rule(p[1], p[2], p[0]),
-        bench=_tuning_bench,
-        nbytes=lambda p: 3 * p[1] * p[2] * _itemsize(p[0]),  # a and b read, y written
+        bench=bench,
+        nbytes=lambda p: planes * p[1] * p[2] * (4 if p[0] == "float32" else 2),
         adapt=_adapt,
-    ),
-    _tuned.Tuning(
-        name="swiglu_backward",
-        problems=[(dt, m, h) for dt in SUPPORTED for m, h in TUNING_SHAPES],
-        candidates=_tuning_candidates,
-        rule=lambda p: swiglu_rule(p[1], p[2], p[0]),
-        bench=_tuning_bench_backward,
-        nbytes=lambda p: 5 * p[1] * p[2] * _itemsize(p[0]),  # dy, a and b read, da and db written
-        adapt=_adapt,
-    ),
-]
+    )
+
+
+TUNINGS = [_tuning("swiglu", _tuning_bench, 3), _tuning("swiglu_backward", _tuning_bench_backward, 5)]
 
 OP = _op.OpSpec(
     "swiglu",
