@@ -95,7 +95,8 @@ def test_the_heuristic_reads_the_nearest_device_and_problem(tables: Path, monkey
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"format": 99, "archs": {}}', '{"format": 1, "archs": {"sm_90": {"X": {"sms": 1}}}}',
-                                  '{"format": 1, "archs": {"sm_90": {"X": {"sms": 1, "entries": [{"problem": [1, 2], "config": [1]}]}}}}'])
+                                  '{"format": 1, "archs": {"sm_90": {"X": {"sms": 1, "entries": [{"problem": [1, 2], "config": [1]}]}}}}',
+                                  '{"format": 1, "archs": {"sm_90": {"X": [1, 2]}}}'])
 def test_a_malformed_table_falls_back_to_the_rule_with_a_warning(tables: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     _tuned.path("swiglu").write_text(text)
     on_device(monkeypatch, "sm_90", H200, 132)
@@ -201,3 +202,12 @@ def test_softmaxs_rule_is_data() -> None:
     assert [list(r) for r in sm.SINGLE_TILE[4]] == rules["single_tile"]["4"] and sm.MIN_CTAS == rules["min_ctas"]
     source = Path(sm.__file__).read_text()
     assert "SINGLE_TILE = _rows(" in source and "(256, 1024, 1, 0)" not in source
+
+
+def test_a_config_of_another_form_falls_back_to_the_rule_with_a_warning(tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tune = tune_module()
+    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H200, META, [entry(["bfloat16", 4096, 14336], [1, 16384])])
+    on_device(monkeypatch, "sm_90", H200, 132)
+    with pytest.warns(RuntimeWarning, match="not of the op's form"):
+        config = sw.swiglu_config(4096, 14336, "bfloat16", 0)  # type: ignore[arg-type]
+    assert config == sw.swiglu_rule(4096, 14336, "bfloat16")  # type: ignore[arg-type]

@@ -90,7 +90,7 @@ def load(where: Path) -> dict[str, Any]:
     try:
         data = json.loads(text)
         return _checked(data)
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         warnings.warn(f"fitted configs {where} malformed ({exc}); the op's own rules decide", RuntimeWarning, stacklevel=2)
         return {}
 
@@ -166,9 +166,14 @@ def fitted(table_name: str, problem: Problem, index: int, rule: Callable[[], tup
     if entry is None:
         return rule()
     config: tuple[int, ...] | None = tuple(entry["config"])
+    ruled = rule()
+    if len(config) != len(ruled):  # type: ignore[arg-type]
+        warnings.warn(f"fitted config {config} in {path(table_name)} is not of the op's form {ruled}; the op's own rule decides",
+                      RuntimeWarning, stacklevel=2)
+        return ruled
     if adapt is not None:
         config = adapt(config, problem, tuple(entry["problem"]))  # type: ignore[arg-type]
-    return rule() if config is None else config
+    return ruled if config is None else config
 
 
 def describe_targets(arch: str, sms: Sequence[int], tables: Sequence[str]) -> list[_shipped.Target]:
