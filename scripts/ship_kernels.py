@@ -1,6 +1,6 @@
 """Add the shipped kernels to a built wheel (docs/design.md, "Shipped kernels").
 
-    python scripts/ship_kernels.py WHEEL [--archs all|sm_80,sm_90,...] [--jobs N] [--from WHEEL2]
+    python scripts/ship_kernels.py WHEEL [--archs all|sm_80,sm_90,...] [--jobs N] [--from WHEEL2] [--no-cache]
 
 Unpacks WHEEL, runs every op's shipped shapes on meta tensors through the wheel's own
 library in describe mode for each architecture, compiles the kernels they take with
@@ -8,6 +8,13 @@ tileiras (no GPU needed) into `tilegym_cutile_rs/kernels/`, and packs the wheel 
 in place (RECORD regenerated). `--from WHEEL2` copies the kernels WHEEL2 ships instead
 of building them (they do not depend on the host CPU: the aarch64 wheel takes the ones
 built for the x86_64 wheel), after checking they were built for this wheel's C ABI.
+
+Kernels built before are reused from a content-addressed cache
+($TILEGYM_CUTILE_RS_SHIP_CACHE, default: the user cache directory's
+tilegym-cutile-rs-build/shipped-kernels), keyed by everything that decides a cubin: the
+kernel's source, generics, options and specialization, this library's version and C ABI,
+the architecture, tileiras' version and Cargo.lock (crates/ops/src/shipped.rs). `--no-cache`
+compiles everything.
 
 Needs, in the running interpreter: torch (meta tensors), cffi, wheel, and the Tile IR
 toolchain (`pip install "tilegym-cutile-rs[tileiras]"` or CUTILE_TILEIRAS_PATH).
@@ -42,6 +49,7 @@ def main() -> int:
     parser.add_argument("--archs", default="all", help="'all' (release wheels) or a comma-separated list, e.g. sm_90")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile threads (default: every CPU)")
     parser.add_argument("--from", dest="source", type=Path, help="copy the kernels this other wheel ships instead of building them")
+    parser.add_argument("--no-cache", action="store_true", help="compile every kernel, reusing none built before")
     args = parser.parse_args()
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,6 +72,12 @@ def main() -> int:
         else:
             # The wheel's own package and library, not whatever is installed.
             env = dict(os.environ, PYTHONPATH=str(root), TILEGYM_CUTILE_RS_CACHE_DIR="off")
+            if args.no_cache:
+                env["TILEGYM_CUTILE_RS_SHIP_CACHE"] = ""
+            elif not env.get("TILEGYM_CUTILE_RS_SHIP_CACHE"):
+                import platformdirs
+
+                env["TILEGYM_CUTILE_RS_SHIP_CACHE"] = str(Path(platformdirs.user_cache_dir("tilegym-cutile-rs-build", appauthor=False)) / "shipped-kernels")
             env.pop("TILEGYM_CUTILE_RS_LIBRARY", None)
             env.pop("TILEGYM_CUTILE_RS_SHIPPED_DIR", None)
             out = subprocess.run(

@@ -6,6 +6,7 @@
 //!   each op's) into the cdef manifest, `cutile_kernels.h` in OUT_DIR; its SHA-256 is
 //!   baked into the library (`cutile_abi_fingerprint`), and its path is handed to the
 //!   cutile_kernels build script (the `links` metadata `DEP_CUTILE_ABI_HEADER`).
+//! - Cargo.lock's fingerprint keys the shipped-kernel build cache (shipped.rs).
 use std::{env, fs, path::PathBuf};
 
 fn main() {
@@ -38,5 +39,11 @@ fn main() {
     let header_path = out_dir.join(cdef_gen::HEADER);
     fs::write(&header_path, &header).unwrap();
     println!("cargo:rustc-env=CUTILE_ABI_FINGERPRINT={}", cdef_gen::fingerprint(&header));
+    // The locked dependency versions (cutile's lowering among them), for the shipped-kernel
+    // build cache's key: an upgrade that leaves every kernel's key alone still misses.
+    let lock = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../Cargo.lock");
+    println!("cargo:rerun-if-changed={}", lock.display());
+    let locked = fs::read_to_string(&lock).unwrap_or_default();
+    println!("cargo:rustc-env=CUTILE_LOCK_FINGERPRINT={}", cdef_gen::fingerprint(&locked));
     println!("cargo:header={}", header_path.display());
 }

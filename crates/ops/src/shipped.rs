@@ -294,6 +294,8 @@ pub(crate) fn build(out_dir: &str, jobs: usize) -> OpResult<usize> {
             work.push((gpu_name, id, spec));
         }
     }
+    let cache = BuildCache::from_env();
+    let reused_before = cache_reused();
     let next = AtomicUsize::new(0);
     let failure: Mutex<Option<OpError>> = Mutex::new(None);
     std::thread::scope(|scope| {
@@ -303,9 +305,7 @@ pub(crate) fn build(out_dir: &str, jobs: usize) -> OpResult<usize> {
                     if failure.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
                         return;
                     }
-                    let written = compile(spec, gpu_name).and_then(|payload| {
-                        let entry = encode_entry(&entry_params(*id, gpu_name), &payload)
-                            .ok_or_else(|| OpError::invalid("cannot encode a kernel entry"))?;
+                    let written = built_entry(spec, gpu_name, *id, cache.as_ref()).and_then(|entry| {
                         let dir = PathBuf::from(out_dir).join(gpu_name);
                         std::fs::create_dir_all(&dir)
                             .and_then(|()| std::fs::write(dir.join(hex(id)), entry))
@@ -318,10 +318,81 @@ pub(crate) fn build(out_dir: &str, jobs: usize) -> OpResult<usize> {
             });
         }
     });
+    if let Some(cache) = &cache {
+        eprintln!(
+            "shipped-kernel build: {} kernels, {} of them from the build cache {}",
+            work.len(),
+            cache_reused() - reused_before,
+            cache.dir.display()
+        );
+    }
     match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
         None => Ok(work.len()),
     }
+}
+
+/// Where `build` keeps the entries it compiled, so that a rebuild of unchanged kernels runs
+/// no tileiras: `$TILEGYM_CUTILE_RS_SHIP_CACHE` (unset or empty: none; scripts/ship_kernels.py
+/// sets it). Content-addressed: a file's name is the SHA-256 of everything that decides the
+/// cubin, and its content the finished entry, checked (`decode_entry`) before it is reused.
+pub const SHIP_CACHE_ENV: &str = "TILEGYM_CUTILE_RS_SHIP_CACHE";
+
+struct BuildCache {
+    dir: PathBuf,
+    /// `tileiras --version`, which the kernels' identity leaves out.
+    tileiras: String,
+}
+
+static CACHE_REUSED: AtomicU64 = AtomicU64::new(0);
+
+/// Entries the build cache has served since the library was loaded (tests, and the build's report).
+pub fn cache_reused() -> u64 {
+    CACHE_REUSED.load(Ordering::Relaxed)
+}
+
+impl BuildCache {
+    fn from_env() -> Option<Self> {
+        let dir = std::env::var_os(SHIP_CACHE_ENV).filter(|v| !v.is_empty())?;
+        Some(Self { dir: PathBuf::from(dir), tileiras: get_compiler_version() })
+    }
+
+    /// The file of kernel `id` on `gpu_name`: the kernel's identity (its whole key: source
+    /// hash, generics, options, specialization; this library's version and C ABI), the
+    /// architecture, tileiras' version and the locked dependencies (cutile's lowering).
+    fn file(&self, id: &[u8; 32], gpu_name: &str) -> PathBuf {
+        let mut h = Sha256::new();
+        for part in [&id[..], gpu_name.as_bytes(), self.tileiras.as_bytes(), env!("CUTILE_LOCK_FINGERPRINT").as_bytes()]
+        {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+        self.dir.join(hex(&h.finalize()))
+    }
+}
+
+/// The entry of `spec` on `gpu_name`: from the build cache when it holds a valid one, else
+/// compiled (and then stored there, best effort: a cache that cannot be written only costs time).
+fn built_entry(spec: &KernelSpec, gpu_name: &str, id: [u8; 32], cache: Option<&BuildCache>) -> OpResult<Vec<u8>> {
+    let params = entry_params(id, gpu_name);
+    let file = cache.map(|c| c.file(&id, gpu_name));
+    if let Some(bytes) = file.as_ref().and_then(|f| std::fs::read(f).ok()) {
+        if decode_entry(&bytes, &params).is_some() {
+            CACHE_REUSED.fetch_add(1, Ordering::Relaxed);
+            return Ok(bytes);
+        }
+    }
+    let entry = compile(spec, gpu_name).and_then(|payload| {
+        encode_entry(&params, &payload).ok_or_else(|| OpError::invalid("cannot encode a kernel entry"))
+    })?;
+    if let Some(file) = file {
+        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+        let stored = file.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&tmp, &entry));
+        if stored.and_then(|()| std::fs::rename(&tmp, &file)).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Ok(entry)
 }
 
 /// Lowers `spec` for `gpu_name` as cutile's JIT does for a launch, assembles it with
