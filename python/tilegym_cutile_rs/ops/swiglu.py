@@ -64,7 +64,7 @@ def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Prob
 def swiglu_candidates(m: int, h: int, dtype: torch.dtype) -> list[SwigluConfig]:
     """The autotuner's and the tuning tool's search space: tile widths up to a whole row,
     tile sizes, occupancy, worker warps."""
-    configs = {swiglu_rule(m, h, dtype), swiglu_config(m, h, dtype)}
+    configs = {swiglu_rule(m, h, dtype), swiglu_config(m, h, dtype), swiglu_config(m, h, dtype, backward=True)}
     widest = max(_op.next_pow2(h), 256)
     for block_n in (256, 512, 1024, 2048, 4096, 8192, 16384):
         if block_n <= widest:
@@ -89,7 +89,9 @@ def _rows(t: torch.Tensor, m: int, h: int) -> torch.Tensor:
     return t2
 
 
-def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool) -> SwigluConfig:
+def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool, backward: bool = False) -> SwigluConfig:
+    """The forward kernel's config (or with `backward` the backward kernel's own: its tiles
+    hold three inputs and two outputs, so the forward's fitted tiles are not its best)."""
     if config is not None:
         return _op.check_config(config, SwigluConfig)
     m, h = a2.shape
@@ -97,36 +99,17 @@ def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool) -> Swiglu
     def tuner() -> Any:
         import torch
 
-        a, b = torch.randn_like(a2), torch.randn_like(a2)  # the caller's tensors stay untouched
-        y = torch.empty_like(a)
-        return lambda c: _launch_forward(y, a, b, c, index)
-
-    return chooser.choose(
-        (index, a2.dtype, m, h),
-        lambda: f"swiglu|{_device.name(index)}|{a2.dtype}|h<={_op.next_pow2(h)}|m~{min(_op.next_pow2(m), 1 << 20)}",
-        lambda: swiglu_config(m, h, a2.dtype, index),
-        lambda: swiglu_candidates(m, h, a2.dtype),
-        tuner,
-        autotune,
-    )
-
-
-def _choose_backward(a2: torch.Tensor, index: int, autotune: bool) -> SwigluConfig:
-    """The backward kernel's own config (its tiles hold three inputs and two outputs: the
-    forward's fitted tiles are not its best)."""
-    m, h = a2.shape
-
-    def tuner() -> Any:
-        import torch
-
         dy, a, b = (torch.randn_like(a2) for _ in range(3))  # the caller's tensors stay untouched
-        dg = torch.empty((m, 2, h), dtype=a2.dtype, device=a2.device)
-        return lambda c: _launch_backward(dg, dy, a, b, c, index)
+        if backward:
+            dg = torch.empty((m, 2, h), dtype=a2.dtype, device=a2.device)
+            return lambda c: _launch_backward(dg, dy, a, b, c, index)
+        return lambda c: _launch_forward(dy, a, b, c, index)
 
-    return backward_chooser.choose(
+    kernel = "swiglu_backward" if backward else "swiglu"
+    return (backward_chooser if backward else chooser).choose(
         (index, a2.dtype, m, h),
-        lambda: f"swiglu_backward|{_device.name(index)}|{a2.dtype}|h<={_op.next_pow2(h)}|m~{min(_op.next_pow2(m), 1 << 20)}",
-        lambda: swiglu_config(m, h, a2.dtype, index, backward=True),
+        lambda: f"{kernel}|{_device.name(index)}|{a2.dtype}|h<={_op.next_pow2(h)}|m~{min(_op.next_pow2(m), 1 << 20)}",
+        lambda: swiglu_config(m, h, a2.dtype, index, backward=backward),
         lambda: swiglu_candidates(m, h, a2.dtype),
         tuner,
         autotune,
@@ -156,10 +139,7 @@ def _backward(
         index = _op.device_index(a2)
         if config is None:
             _device.prepare(index)
-            config = _choose_backward(a2, index, autotune)
-        else:
-            config = _op.check_config(config, SwigluConfig)
-        _launch_backward(dg, _rows(dy, m, h), a2, b2, config, index)
+        _launch_backward(dg, _rows(dy, m, h), a2, b2, _choose(a2, index, config, autotune, backward=True), index)
 
 
 def _swiglu_grad_planes(
