@@ -40,6 +40,30 @@ FORMAT = 1
 Problem = tuple[Any, ...]  # (dtype name, extent, ...)
 
 
+def problem(dtype: Any, *extents: int) -> Problem:
+    """A problem of torch dtype `dtype` (or its name) and `extents`: ("bfloat16", 4096, 14336)."""
+    return (str(dtype).removeprefix("torch."), *extents)
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch dtype a problem names."""
+    import torch
+
+    return getattr(torch, name)
+
+
+def checked_runs(launch: Callable[[tuple[int, ...]], object], check: Callable[[], object]) -> Callable[[tuple[int, ...]], Callable[[], object]]:
+    """A `Tuning.bench`'s result: from a config, launch it once and `check` the output (raising
+    AssertionError when wrong), then return the call the sweep times."""
+
+    def run(config: tuple[int, ...]) -> Callable[[], object]:
+        launch(config)
+        check()
+        return functools.partial(launch, config)
+
+    return run
+
+
 @dataclass(frozen=True)
 class Tuning:
     """What an op declares so that benchmarks/tune.py can fit one of its heuristics.
@@ -156,24 +180,30 @@ def current_device(index: int) -> tuple[str, str | None, int]:
     return f"sm_{major}{minor}", torch.cuda.get_device_name(index), _device.sm_count(index)
 
 
-def fitted(table_name: str, problem: Problem, index: int, rule: Callable[[], tuple[int, ...]],
+def fitted(table_name: str, problem: Problem, index: int | None, rule: Callable[[], tuple[int, ...]],
            adapt: Callable[[tuple[int, ...], Problem, Problem], tuple[int, ...] | None] | None = None) -> tuple[int, ...]:
-    """The config table `table_name` fits to `problem` on device `index` (through `adapt`,
-    as `Tuning.adapt`), else `rule()`."""
+    """The config table `table_name` fits to `problem` on device `index` (None: the current
+    CUDA device, and the rule where there is none), through `adapt` (as `Tuning.adapt`), else
+    `rule()`."""
+    if index is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return rule()
+        index = torch.cuda.current_device()
     arch, name, sms = current_device(index)
     fit = _device_fit(table_name, arch, name, sms)
     entry = nearest(fit["entries"], problem) if fit else None
     if entry is None:
         return rule()
-    config: tuple[int, ...] | None = tuple(entry["config"])
+    config = tuple(entry["config"])
     ruled = rule()
-    if len(config) != len(ruled):  # type: ignore[arg-type]
+    if len(config) != len(ruled):
         warnings.warn(f"fitted config {config} in {path(table_name)} is not of the op's form {ruled}; the op's own rule decides",
                       RuntimeWarning, stacklevel=2)
         return ruled
-    if adapt is not None:
-        config = adapt(config, problem, tuple(entry["problem"]))  # type: ignore[arg-type]
-    return ruled if config is None else config
+    adapted = adapt(config, problem, tuple(entry["problem"])) if adapt is not None else config
+    return ruled if adapted is None else adapted
 
 
 def describe_targets(arch: str, sms: Sequence[int], tables: Sequence[str]) -> list[_shipped.Target]:

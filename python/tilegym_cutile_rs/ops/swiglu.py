@@ -44,15 +44,8 @@ def swiglu_config(m: int, h: int, dtype: torch.dtype, device: int | None = None,
     (default: the current one), for the forward kernel or with `backward` the backward one:
     the nearest problem of its fitted table (benchmarks/tune.py, tuned/swiglu.json or
     tuned/swiglu_backward.json), else `swiglu_rule`."""
-    if device is None:
-        import torch
-
-        if not torch.cuda.is_available():
-            return swiglu_rule(m, h, dtype)
-        device = torch.cuda.current_device()
-    problem = (str(dtype).removeprefix("torch."), m, h)
     table = "swiglu_backward" if backward else "swiglu"
-    return SwigluConfig(*_tuned.fitted(table, problem, device, lambda: swiglu_rule(m, h, dtype), _adapt))
+    return SwigluConfig(*_tuned.fitted(table, _tuned.problem(dtype, m, h), device, lambda: swiglu_rule(m, h, dtype), _adapt))
 
 
 def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem) -> tuple[int, ...]:
@@ -578,34 +571,26 @@ def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
     import torch
 
     dtype_name, m, h = problem
-    a, b = (torch.randn(m, h, device=device, dtype=getattr(torch, dtype_name)) for _ in range(2))
+    a, b = (torch.randn(m, h, device=device, dtype=_tuned.torch_dtype(dtype_name)) for _ in range(2))
     y, ref = torch.empty_like(a), (torch.nn.functional.silu(a.float()) * b.float()).to(a.dtype)
-
-    def run(config: tuple[int, ...]) -> Any:
-        chosen = SwigluConfig(*config)
-        _launch_forward(y, a, b, chosen, _op.device_index(a))
-        torch.testing.assert_close(y, ref, rtol=2e-2, atol=1e-3)
-        return lambda: _launch_forward(y, a, b, chosen, _op.device_index(a))
-
-    return run
+    return _tuned.checked_runs(
+        lambda config: _launch_forward(y, a, b, config, _op.device_index(a)),  # type: ignore[arg-type]
+        lambda: torch.testing.assert_close(y, ref, rtol=2e-2, atol=1e-3),
+    )
 
 
 def _tuning_bench_backward(problem: _tuned.Problem, device: Any) -> Any:
     import torch
 
     dtype_name, m, h = problem
-    dy, a, b = (torch.randn(m, h, device=device, dtype=getattr(torch, dtype_name)) for _ in range(3))
+    dy, a, b = (torch.randn(m, h, device=device, dtype=_tuned.torch_dtype(dtype_name)) for _ in range(3))
     dg = torch.empty((m, 2, h), dtype=a.dtype, device=device)
     s = torch.sigmoid(a.float())
     ref = torch.stack([dy.float() * b.float() * s * (1 + a.float() * (1 - s)), dy.float() * a.float() * s], 1).to(a.dtype)
-
-    def run(config: tuple[int, ...]) -> Any:
-        chosen = SwigluConfig(*config)
-        _launch_backward(dg, dy, a, b, chosen, _op.device_index(a))
-        torch.testing.assert_close(dg, ref, rtol=2e-2, atol=1e-2)
-        return lambda: _launch_backward(dg, dy, a, b, chosen, _op.device_index(a))
-
-    return run
+    return _tuned.checked_runs(
+        lambda config: _launch_backward(dg, dy, a, b, config, _op.device_index(a)),  # type: ignore[arg-type]
+        lambda: torch.testing.assert_close(dg, ref, rtol=2e-2, atol=1e-2),
+    )
 
 
 def _tuning_candidates(problem: _tuned.Problem) -> list[SwigluConfig]:
@@ -618,7 +603,7 @@ def _tuning_candidates(problem: _tuned.Problem) -> list[SwigluConfig]:
         for block_n in (512, 1024, 2048, 4096, 8192, 16384) if block_n <= widest
         for elements in (block_n, 2048, 4096, 8192) if elements >= block_n
     }
-    rule = swiglu_rule(m, h, problem[0])
+    rule = swiglu_rule(m, h, _tuned.torch_dtype(problem[0]))
     return sorted({rule, *(SwigluConfig(bm, bn, 0, warps) for bm, bn in shapes for warps in (0, 4, 8))})
 
 
@@ -629,9 +614,9 @@ def _tuning(name: str, bench: Any, planes: int) -> _tuned.Tuning:
         name=name,
         problems=[(dt, m, h) for dt in SUPPORTED for m, h in TUNING_SHAPES],
         candidates=_tuning_candidates,
-        rule=lambda p: swiglu_rule(p[1], p[2], p[0]),
+        rule=lambda p: swiglu_rule(p[1], p[2], _tuned.torch_dtype(p[0])),
         bench=bench,
-        nbytes=lambda p: planes * p[1] * p[2] * (4 if p[0] == "float32" else 2),
+        nbytes=lambda p: planes * p[1] * p[2] * _tuned.torch_dtype(p[0]).itemsize,
         adapt=_adapt,
     )
 

@@ -275,32 +275,22 @@ def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
     import torch
 
     dtype_name, m, n = problem
-    x = torch.randn(m, n, device=device, dtype=getattr(torch, dtype_name))
+    x = torch.randn(m, n, device=device, dtype=_tuned.torch_dtype(dtype_name))
     y, ref = torch.empty_like(x), torch.softmax(x.float(), -1)
-
-    def run(config: tuple[int, ...]) -> Any:
-        chosen = SoftmaxConfig(*config)
-        _launch(x, y, chosen, _op.device_index(x))
-        torch.testing.assert_close(y.float(), ref, rtol=2e-2, atol=1e-3)
-        return lambda: _launch(x, y, chosen, _op.device_index(x))
-
-    return run
-
-
-def _dtype(name: str) -> Any:
-    import torch
-
-    return getattr(torch, name)
+    return _tuned.checked_runs(
+        lambda config: _launch(x, y, config, _op.device_index(x)),  # type: ignore[arg-type]
+        lambda: torch.testing.assert_close(y.float(), ref, rtol=2e-2, atol=1e-3),
+    )
 
 
 TUNINGS = [
     _tuned.Tuning(
         name="softmax",
         problems=[(dt, m, n) for dt in SUPPORTED for m, n in TUNING_SHAPES],
-        candidates=lambda p: softmax_candidates(p[1], p[2], _dtype(p[0])),
-        rule=lambda p: softmax_rule(p[1], p[2], _dtype(p[0])),
+        candidates=lambda p: softmax_candidates(p[1], p[2], _tuned.torch_dtype(p[0])),
+        rule=lambda p: softmax_rule(p[1], p[2], _tuned.torch_dtype(p[0])),
         bench=_tuning_bench,
-        nbytes=lambda p: 2 * p[1] * p[2] * _dtype(p[0]).itemsize,  # x read, y written
+        nbytes=lambda p: 2 * p[1] * p[2] * _tuned.torch_dtype(p[0]).itemsize,  # x read, y written
         adapt=adapt_fitted,
     )
 ]

@@ -93,26 +93,17 @@ def softmax_config(m: int, n: int, dtype: torch.dtype, family: int | None = None
     `device` (default: the current one, if any): its fitted table's, else `softmax_rule`'s."""
     if family is None:
         family = row_family(dtype, m, n)
-    if device is None:
-        import torch
-
-        if not torch.cuda.is_available():
-            return softmax_rule(m, n, dtype, family)
-        device = torch.cuda.current_device()
     if family != row_family(dtype, m, n):  # the fits are of contiguous rows
         return softmax_rule(m, n, dtype, family)
-    problem = (str(dtype).removeprefix("torch."), m, n)
-    fitted = _tuned.fitted("softmax", problem, device, lambda: softmax_rule(m, n, dtype, family), adapt_fitted)
-    return SoftmaxConfig(*fitted)
+    rule = lambda: softmax_rule(m, n, dtype, family)  # noqa: E731
+    return SoftmaxConfig(*_tuned.fitted("softmax", _tuned.problem(dtype, m, n), device, rule, adapt_fitted))
 
 
 def adapt_fitted(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem) -> tuple[int, ...] | None:
     """A fitted config for a nearby problem of the same kernel family and row-length class
     (its tiles are sized by the row length), with row blocks no taller than its rows."""
-    import torch
-
     dtype_name, m, n = problem
-    dtype = getattr(torch, dtype_name)
+    dtype = _tuned.torch_dtype(dtype_name)
     if next_pow2(n) != next_pow2(fitted[2]) or row_family(dtype, m, n) != row_family(dtype, fitted[1], fitted[2]):
         return None
     return (min(config[0], next_pow2(m)), *config[1:])
