@@ -85,6 +85,13 @@ def bench_timer() -> Callable[[Callable[[], Any]], float]:
         return events
 
 
+def table_head(title: str, columns: list[str]) -> None:
+    """Print a markdown table's title and header lines."""
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(columns) + " |")
+    print("|" + " --- |" * len(columns))
+
+
 class Rows:
     """A benchmark's rows under `--rows` and `--budget`: iterating yields the selected rows
     in order until the budget (seconds since construction) is spent; `report()` then prints

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import tilegym_cutile_rs
 import torch
-from _timing import Rows, bench_timer
+from _timing import Rows, bench_timer, table_head
 
 MATMUL = [(1024, 1024, 1024), (1024, 1024, 1023), (8192, 8192, 8192), (8, 8, 8), (3072, 6144, 2720), (4096, 4096, 4096)]
 MATMUL += [(m, n, k) for m in (1, 16, 128, 4096) for k, n in ((4096, 14336), (14336, 4096), (4096, 128256))]
@@ -109,9 +109,7 @@ def main() -> None:
         names = [n for n in fns if n != "ours"]
         if op != heading:
             heading = op
-            print(f"\n### {op}\n")
-            print(f"| B x M x N x K | dtype | {' | '.join(names)} | ours | ours / best peer | ours / cuBLAS |")
-            print("| --- | --- | " + "--- | " * (len(names) + 3))
+            table_head(op, ["B x M x N x K", "dtype", *names, "ours", "ours / best peer", "ours / cuBLAS"])
         dtype = DTYPES[dtype_name]
         shape_a, shape_b = ((batch, m, k), (batch, k, n)) if op == "bmm" else ((m, k), (k, n))
         a = torch.randn(shape_a, device="cuda", dtype=dtype)

@@ -23,7 +23,7 @@ from typing import Any
 import tilegym_cutile_rs
 import torch
 import torch.nn.functional as F
-from _timing import Rows, bench_timer
+from _timing import Rows, bench_timer, table_head
 
 # LLM MLP widths (Llama-3 8B: 14336, Llama-2 7B: 11008) at prefill and decode, and
 # TileGym's silu_and_mul perf shapes (64 x 1024 tokens, hidden 512-8192).
@@ -83,9 +83,7 @@ def main() -> None:
     for direction, m, h, dtype_name in rows:
         if direction != heading:
             heading = direction
-            print(f"\n### {direction}\n")
-            print(f"| M x H | dtype | copy | {' | '.join(names)} | ours | ours / best peer | ours / copy |")
-            print("| --- | --- | " + "--- | " * (len(names) + 4))
+            table_head(direction, ["M x H", "dtype", "copy", *names, "ours", "ours / best peer", "ours / copy"])
         dtype = DTYPES[dtype_name]
         a = torch.randn(m, h, device="cuda", dtype=dtype, requires_grad=direction == "backward")
         b = torch.randn(m, h, device="cuda", dtype=dtype, requires_grad=direction == "backward")
