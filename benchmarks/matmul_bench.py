@@ -23,7 +23,7 @@ from _timing import Rows, bench_timer, table_head
 
 MATMUL = [(1024, 1024, 1024), (1024, 1024, 1023), (8192, 8192, 8192), (8, 8, 8), (3072, 6144, 2720), (4096, 4096, 4096)]
 MATMUL += [(m, n, k) for m in (1, 16, 128, 4096) for k, n in ((4096, 14336), (14336, 4096), (4096, 128256))]
-BMM = [(4, m, n, k) for m in (128, 1024) for n in (256, 512) for k in (511, 1024)]
+BMM = [(4, m, n, k) for m in (128, 1024) for n in (256, 512) for k in (511, 1024)] + [(64, 4096, 4096, 128)]  # attention-sized
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -5,8 +5,9 @@ then write its fitted table into the package (tuned/<name>.json, read by the op'
 
 NAME is a table an op declares in its own module (`OpSpec.tunings`, each a _tuned.Tuning:
 its name, problems, candidates, the op's rule, a bench that checks each config's result
-against its reference, bytes per call): `swiglu`, `swiglu_backward`, ... Every config of a problem is compiled and checked first (a thread pool: tileiras
-runs as a child process), then timed with triton.testing.do_bench (median, L2 flushed) or
+against its reference, bytes per call): `swiglu`, `swiglu_backward`, `softmax`, `matmul`. Every
+config of a problem is compiled first (a thread pool: tileiras runs as a child process), then
+checked one at a time (its outputs poisoned with NaN first) and timed with triton.testing.do_bench (median, L2 flushed) or
 CUDA events. Each result is appended to --results as it is measured (JSON lines), and a
 rerun resumes from that file. At --budget seconds the sweep stops cleanly, listing what it
 did not measure. The table then gets, for every problem whose candidates were all measured,
@@ -172,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
                     unmeasured.append(f"{key} {config}")
                     continue
                 record: dict[str, Any] = {"problem": list(problem), "config": list(config)}
+                if not isinstance(call, str):
+                    try:
+                        call.verify()
+                    except Exception as exc:  # noqa: BLE001 - a wrong result is data too
+                        call = f"{type(exc).__name__}: {str(exc)[:200]}"
                 if isinstance(call, str):
                     record["error"] = call
                 else:
@@ -184,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
             if timed:
                 best = min(timed, key=lambda r: r["us"])
                 at_rule = results.get((key, json.dumps(list(rule[key]))), {}).get("us")
-                gbs = tuning.nbytes(problem) / (best["us"] * 1e-6) / 1e9
-                print(f"{key}: best {tuple(best['config'])} {best['us']:.1f} us ({gbs:.0f} GB/s); rule {rule[key]} "
+                rate = (f"{tuning.flops(problem) / (best['us'] * 1e-6) / 1e12:.0f} TFLOP/s" if tuning.flops
+                        else f"{tuning.nbytes(problem) / (best['us'] * 1e-6) / 1e9:.0f} GB/s")
+                print(f"{key}: best {tuple(best['config'])} {best['us']:.1f} us ({rate}); rule {rule[key]} "
                       f"{at_rule if at_rule is None else f'{at_rule:.1f} us'}; {len(done)}/{len(candidates[key])} measured, "
                       f"{len(done) - len(timed)} failed", flush=True)
             torch.cuda.empty_cache()

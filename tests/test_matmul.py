@@ -81,13 +81,13 @@ def test_every_config_is_one_the_library_takes(lib, m: int, n: int, k: int, dtyp
 
 def test_the_heuristic_depends_on_the_architecture_and_fits_the_problem() -> None:
     big = (4096, 4096, 4096)
-    assert mm.matmul_config(*big, torch.bfloat16, "sm_90") == (128, 128, 64, 0, 0, 0, 0)
-    assert mm.matmul_config(*big, torch.bfloat16, "sm_80") == (128, 128, 32, 0, 0, 0, 0)
-    assert mm.matmul_config(*big, torch.float32, "sm_90") == (64, 64, 32, 0, 0, 0, 0)
+    assert mm.matmul_rule(*big, torch.bfloat16, "sm_90") == (128, 128, 64, 0, 0, 0, 0)
+    assert mm.matmul_rule(*big, torch.bfloat16, "sm_80") == (128, 128, 32, 0, 0, 0, 0)
+    assert mm.matmul_rule(*big, torch.float32, "sm_90") == (64, 64, 32, 0, 0, 0, 0)
     # The autotuner also tries the persistent kernel in grouped order, and clusters where they exist.
     assert any(c.group_m == mm.GROUP_M for c in mm.matmul_candidates(*big, torch.bfloat16, "sm_90"))
     assert any(c.cga == 2 for c in mm.matmul_candidates(*big, torch.bfloat16, "sm_90"))
     assert not any(c.cga for arch in ("sm_80", "sm_86", "sm_89") for c in mm.matmul_candidates(*big, torch.bfloat16, arch))
     # Decode: one row takes the smallest row tile; tiny problems the smallest tiles.
-    assert mm.matmul_config(1, 14336, 4096, torch.bfloat16, "sm_90")[:3] == (16, 128, 64)
-    assert mm.matmul_config(8, 8, 8, torch.bfloat16, "sm_90")[:3] == (16, 16, 16)
+    assert mm.matmul_rule(1, 14336, 4096, torch.bfloat16, "sm_90")[:3] == (16, 128, 64)
+    assert mm.matmul_rule(8, 8, 8, torch.bfloat16, "sm_90")[:3] == (16, 16, 16)

@@ -211,3 +211,21 @@ def test_a_config_of_another_form_falls_back_to_the_rule_with_a_warning(tables: 
     with pytest.warns(RuntimeWarning, match="not of the op's form"):
         config = sw.swiglu_config(4096, 14336, "bfloat16", 0)  # type: ignore[arg-type]
     assert config == sw.swiglu_rule(4096, 14336, "bfloat16")  # type: ignore[arg-type]
+
+
+def test_a_config_that_writes_nothing_fails_its_check_after_a_good_one() -> None:
+    """Verification poisons the outputs first: a config that leaves them untouched cannot pass
+    on the values an earlier, correct config wrote."""
+    import torch
+
+    y = torch.zeros(4)
+
+    def launch(config: tuple[int, ...]) -> None:
+        if config == (1,):
+            y.copy_(torch.arange(4.0))
+
+    run = _tuned.checked_runs(launch, lambda: torch.testing.assert_close(y, torch.arange(4.0)), (y,))
+    good, silent = run((1,)), run((2,))
+    good.verify()
+    with pytest.raises(AssertionError):
+        silent.verify()

@@ -52,14 +52,33 @@ def torch_dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def checked_runs(launch: Callable[[tuple[int, ...]], object], check: Callable[[], object]) -> Callable[[tuple[int, ...]], Callable[[], object]]:
-    """A `Tuning.bench`'s result: from a config, launch it once and `check` the output (raising
-    AssertionError when wrong), then return the call the sweep times."""
+class CheckedCall:
+    """One config's run, as a `Tuning.bench` returns it: calling it launches the op once (what the
+    sweep times); `verify()` launches it into outputs filled with NaN first, so no earlier
+    config's result can stand in for this one's, and checks them (AssertionError when wrong).
+    The sweep compiles configs in parallel but verifies them one at a time."""
 
-    def run(config: tuple[int, ...]) -> Callable[[], object]:
+    def __init__(self, launch: Callable[[], object], check: Callable[[], object], outputs: Sequence[Any]) -> None:
+        self._launch, self._check, self._outputs = launch, check, tuple(outputs)
+
+    def __call__(self) -> object:
+        return self._launch()
+
+    def verify(self) -> None:
+        for out in self._outputs:
+            out.fill_(float("nan"))
+        self._launch()
+        self._check()
+
+
+def checked_runs(launch: Callable[[tuple[int, ...]], object], check: Callable[[], object],
+                 outputs: Sequence[Any] = ()) -> Callable[[tuple[int, ...]], CheckedCall]:
+    """A `Tuning.bench`'s result: from a config, launch it once (compiling it) and return its
+    `CheckedCall`; `check` compares `outputs` with the op's reference."""
+
+    def run(config: tuple[int, ...]) -> CheckedCall:
         launch(config)
-        check()
-        return functools.partial(launch, config)
+        return CheckedCall(functools.partial(launch, config), check, outputs)
 
     return run
 
@@ -74,9 +93,10 @@ class Tuning:
     candidates(problem): the configs to try (each a tuple of ints, the op's config type).
     rule(problem): the op's own config for the problem (what a device without a table takes).
     bench(problem, device): makes inputs on `device` and returns a function from a config to
-        a callable that runs the op once with it; the callable checks its result against the
-        op's reference on its first call and raises AssertionError when it is wrong.
+        its `CheckedCall` (`checked_runs`): called, it runs the op once with the config;
+        `verify()` checks the result against the op's reference (AssertionError when wrong).
     nbytes(problem): bytes one call must move (the sweep prints GB/s).
+    flops(problem): for compute-bound ops, the arithmetic of one call (the sweep prints TFLOP/s).
     adapt(config, problem, fitted): the config fitted for problem `fitted` made fit for the
         nearby `problem` (e.g. a row block no taller than its rows), or None where it does not
         carry over (the rule decides); default: the config as it is.
@@ -89,6 +109,7 @@ class Tuning:
     bench: Callable[[Problem, Any], Callable[[tuple[int, ...]], Callable[[], object]]]
     nbytes: Callable[[Problem], int]
     adapt: Callable[[tuple[int, ...], Problem, Problem], tuple[int, ...] | None] = lambda config, problem, fitted: config
+    flops: Callable[[Problem], int] | None = None
 
 
 def path(name: str, root: Path | None = None) -> Path:

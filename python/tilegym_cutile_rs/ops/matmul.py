@@ -7,12 +7,12 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _device, _op
+from .. import _device, _op, _tuned
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MatmulConfig", "bmm", "matmul", "matmul_candidates", "matmul_config"]
+__all__ = ["MatmulConfig", "bmm", "matmul", "matmul_candidates", "matmul_config", "matmul_rule"]
 
 SUPPORTED = ("float16", "bfloat16", "float32")
 EXPORT = "cutile_matmul"
@@ -52,15 +52,38 @@ def _fit(block: int, extent: int) -> int:
     return min(block, max(MIN_BLOCK, _op.next_pow2(extent)))
 
 
-def matmul_config(m: int, n: int, k: int, dtype: torch.dtype, arch: str = "sm_90") -> MatmulConfig:
-    """The heuristic's config for an `[m, k] · [k, n]` product of `dtype` on `arch` (e.g. "sm_90")."""
+def matmul_rule(m: int, n: int, k: int, dtype: torch.dtype, arch: str = "sm_90") -> MatmulConfig:
+    """The rule's config for an `[m, k] · [k, n]` product of `dtype` on `arch` (e.g. "sm_90"):
+    what a device without a fitted table takes."""
     bm, bn, bk = TILES.get(arch, DEFAULT_TILES)[dtype.itemsize if dtype.itemsize in (2, 4) else 2]
     return MatmulConfig(_fit(bm, m), _fit(bn, n), _fit(bk, k))
 
 
+def matmul_config(
+    m: int, n: int, k: int, dtype: torch.dtype, arch: str = "sm_90", device: int | None = None, batch: int = 1
+) -> MatmulConfig:
+    """The heuristic's config for `batch` `[m, k] · [k, n]` products of `dtype` on device `device`
+    (None: the current one) of architecture `arch`: this device's fitted table (tuned/matmul.json,
+    benchmarks/tune.py matmul) at the nearest fitted problem, else `matmul_rule`."""
+    return MatmulConfig(*_tuned.fitted(
+        "matmul", _tuned.problem(dtype, batch, m, n, k), device, lambda: matmul_rule(m, n, k, dtype, arch), _adapt
+    ))
+
+
+def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem) -> tuple[int, ...]:
+    """A config fitted for `fitted` cut to `problem`'s extents. Clusters carry over only on the
+    persistent kernel (whose launch keeps its CTA count a multiple of the cluster) or to the
+    very problem they were measured on."""
+    bm, bn, bk, occupancy, warps, group_m, cga = MatmulConfig(*config)
+    _, _, m, n, k = problem
+    if group_m == 0 and problem != fitted:
+        cga = 0
+    return MatmulConfig(_fit(bm, m), _fit(bn, n), _fit(bk, k), occupancy, warps, group_m, cga)
+
+
 def matmul_candidates(m: int, n: int, k: int, dtype: torch.dtype, arch: str = "sm_90") -> list[MatmulConfig]:
     """The autotuner's search space: tile shapes (cut to the problem), occupancy, worker warps."""
-    configs = {matmul_config(m, n, k, dtype, arch)}
+    configs = {matmul_rule(m, n, k, dtype, arch), matmul_config(m, n, k, dtype, arch)}
     clusters = (0, 2) if int(arch.removeprefix("sm_")[:-1] or 0) >= 9 else (0,)  # clusters from Hopper on
     for bm in (64, 128):
         for bn in (64, 128, 256):
@@ -97,7 +120,12 @@ def _tf32(dtype: torch.dtype) -> bool:
 
 def _launch(c3: torch.Tensor, a3: torch.Tensor, b3: torch.Tensor, config: MatmulConfig, index: int) -> None:
     what = ("matmul", a3.dtype, tuple(a3.shape), tuple(b3.shape), "config", config)
-    ctas = _device.sm_count(index) * max(config.occupancy, 1)  # the persistent kernel's CTAs
+    batch, m, n = c3.shape
+    tiles = batch * -(-m // config.block_m) * -(-n // config.block_n)
+    ctas = min(_device.sm_count(index) * max(config.occupancy, 1), tiles)  # the persistent kernel's CTAs
+    if config.group_m > 0 and config.cga > 1:
+        # A cluster launch needs whole clusters: fewer CTAs than one cluster drop the cluster hint.
+        ctas, config = (ctas - ctas % config.cga, config) if ctas >= config.cga else (ctas, config._replace(cga=0))
     args = (*_op.tensor_descs(c3, a3, b3), int(_tf32(a3.dtype)), ctas, *config)
     _op.call("matmul", EXPORT, args, index, what)
 
@@ -132,7 +160,7 @@ def _product(
             (index, a3.dtype, _tf32(a3.dtype), batch, m, n, k, layout),
             lambda: f"matmul|{_device.name(index)}|{a3.dtype}|tf32={_tf32(a3.dtype)}|{layout}"
             f"|m~{_op.next_pow2(m)}|n~{_op.next_pow2(n)}|k~{_op.next_pow2(k)}|b~{min(_op.next_pow2(batch), 1024)}",
-            lambda: matmul_config(m, n, k, a3.dtype, arch),
+            lambda: matmul_config(m, n, k, a3.dtype, arch, index, batch),
             lambda: matmul_candidates(m, n, k, a3.dtype, arch),
             tuner,
             autotune,
@@ -313,7 +341,8 @@ def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, au
     c = (matmul if a.dim() == 2 else bmm)(a, b, autotune=autotune)
     torch.autograd.backward([c], [torch.ones_like(c)])
     m, k = shape[-2], shape[-1]
-    return matmul_config(m, m, k, dtype, _arch(_op.device_index(a)))
+    index = _op.device_index(a)
+    return matmul_config(m, m, k, dtype, _arch(index), index, shape[0] if a.dim() == 3 else 1)
 
 
 def _smoke(device: torch.device) -> str:
@@ -417,7 +446,63 @@ def _shipped(device: torch.device) -> None:
     matmul(torch.empty(100, 70, dtype=torch.bfloat16, device=device), torch.empty(90, 70, dtype=torch.bfloat16, device=device).t())
 
 
+# benchmarks/tune.py matmul: benchmarks/matmul_bench.py's rows, (dtype, batch, M, N, K) in both
+# 2-byte dtypes (float32 keeps the rule).
+TUNING_PRODUCTS = [
+    (1, 8192, 8192, 8192), (1, 4096, 4096, 4096), (1, 3072, 6144, 2720), (1, 1024, 1024, 1024), (1, 1024, 1024, 1023),
+    *((1, m, n, k) for m in (4096, 128, 16, 1) for k, n in ((4096, 14336), (14336, 4096), (4096, 128256))),
+    (64, 4096, 4096, 128), (4, 1024, 512, 1024), (4, 128, 256, 511),
+]
+# The sweep's tile shapes (block_m, block_n, block_k): the rule's, wider ones (two warpgroups'
+# 128 x 256 and its transpose, 256 x 256 as a CTA pair splits it), and narrower ones for skinny products.
+TUNING_TILES = [(128, 128, 64), (128, 256, 64), (256, 128, 64), (256, 256, 64), (128, 128, 32), (128, 64, 64),
+                (64, 128, 64), (64, 64, 64)]
+
+
+def _tuning_candidates(problem: _tuned.Problem) -> list[MatmulConfig]:
+    """Each tuning tile shape (cut to the problem) one CTA per tile, and persistent alone or in
+    clusters of 2 CTAs (4 for 256 x 256); occupancy and warps left to tileiras."""
+    dtype_name, _, m, n, k = problem
+    configs = {matmul_rule(m, n, k, _tuned.torch_dtype(dtype_name))}
+    for bm, bn, bk in TUNING_TILES:
+        tiles = (_fit(bm, m), _fit(bn, n), _fit(bk, k))
+        configs.add(MatmulConfig(*tiles))
+        for cga in (0, 2, 4) if (bm, bn) == (256, 256) else (0, 2):
+            configs.add(MatmulConfig(*tiles, group_m=GROUP_M, cga=cga))
+    return sorted(configs)
+
+
+def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
+    """Products of random operands, each config checked against cuBLAS's (float32 accumulation
+    both; the bound allows the two summation orders and the result's rounding)."""
+    import torch
+
+    dtype_name, batch, m, n, k = problem
+    dtype = _tuned.torch_dtype(dtype_name)
+    a, b = torch.randn(batch, m, k, device=device, dtype=dtype), torch.randn(batch, k, n, device=device, dtype=dtype)
+    c, ref = torch.empty(batch, m, n, device=device, dtype=dtype), torch.bmm(a, b).float()
+    index = _op.device_index(a)
+    return _tuned.checked_runs(
+        lambda config: _launch(c, a, b, MatmulConfig(*config), index),
+        lambda: torch.testing.assert_close(c.float(), ref, rtol=2e-2, atol=2e-2 * k**0.5),
+        (c,),
+    )
+
+
+TUNINGS = [
+    _tuned.Tuning(
+        name="matmul",
+        problems=[(dt, *p) for dt in ("bfloat16", "float16") for p in TUNING_PRODUCTS],
+        candidates=_tuning_candidates,
+        rule=lambda p: matmul_rule(p[2], p[3], p[4], _tuned.torch_dtype(p[0])),
+        bench=_tuning_bench,
+        nbytes=lambda p: p[1] * (p[2] * p[4] + p[4] * p[3] + p[2] * p[3]) * _tuned.torch_dtype(p[0]).itemsize,
+        adapt=_adapt,
+        flops=lambda p: 2 * p[1] * p[2] * p[3] * p[4],
+    )
+]
+
 OP = _op.OpSpec(
     "matmul", tilegym={"matmul": _tilegym_matmul, "bmm": _tilegym_bmm}, warmup=_warmup, smoke=_smoke, shipped=_shipped,
-    torch_ops=TORCH_OPS,
+    torch_ops=TORCH_OPS, tunings=TUNINGS,
 )

@@ -576,6 +576,7 @@ def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
     return _tuned.checked_runs(
         lambda config: _launch_forward(y, a, b, config, _op.device_index(a)),  # type: ignore[arg-type]
         lambda: torch.testing.assert_close(y, ref, rtol=2e-2, atol=1e-3),
+        (y,),
     )
 
 
@@ -590,6 +591,7 @@ def _tuning_bench_backward(problem: _tuned.Problem, device: Any) -> Any:
     return _tuned.checked_runs(
         lambda config: _launch_backward(dg, dy, a, b, config, _op.device_index(a)),  # type: ignore[arg-type]
         lambda: torch.testing.assert_close(dg, ref, rtol=2e-2, atol=1e-2),
+        (dg,),
     )
 
 

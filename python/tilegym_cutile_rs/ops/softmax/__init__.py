@@ -280,6 +280,7 @@ def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
     return _tuned.checked_runs(
         lambda config: _launch(x, y, config, _op.device_index(x)),  # type: ignore[arg-type]
         lambda: torch.testing.assert_close(y.float(), ref, rtol=2e-2, atol=1e-3),
+        (y,),
     )
 
 
