@@ -461,7 +461,8 @@ TUNING_TILES = [(128, 128, 64), (128, 256, 64), (256, 128, 64), (256, 256, 64), 
 
 def _tuning_candidates(problem: _tuned.Problem) -> list[MatmulConfig]:
     """Each tuning tile shape (cut to the problem) one CTA per tile, and persistent alone or in
-    clusters of 2 CTAs (4 for 256 x 256); occupancy and warps left to tileiras."""
+    clusters of 2 CTAs (4 for 256 x 256), occupancy and warps left to tileiras; on large
+    products also groups of 4 and 16 row blocks, 8 worker warps, 1 or 2 CTAs per SM."""
     dtype_name, _, m, n, k = problem
     configs = {matmul_rule(m, n, k, _tuned.torch_dtype(dtype_name))}
     for bm, bn, bk in TUNING_TILES:
@@ -469,6 +470,12 @@ def _tuning_candidates(problem: _tuned.Problem) -> list[MatmulConfig]:
         configs.add(MatmulConfig(*tiles))
         for cga in (0, 2, 4) if (bm, bn) == (256, 256) else (0, 2):
             configs.add(MatmulConfig(*tiles, group_m=GROUP_M, cga=cga))
+    if m >= 1024 and n >= 1024:  # enough tiles to fill the GPU: the persistent kernel's other knobs
+        for bm, bn, bk in TUNING_TILES[:3]:
+            configs.update(MatmulConfig(bm, bn, bk, group_m=group) for group in (4, 16))
+            if (bm, bn) != (128, 128):
+                configs.add(MatmulConfig(bm, bn, bk, warps=8, group_m=GROUP_M))
+        configs.update(MatmulConfig(128, 128, 64, occupancy, group_m=GROUP_M) for occupancy in (1, 2))
     return sorted(configs)
 
 
