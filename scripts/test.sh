@@ -37,6 +37,9 @@ rm -rf dist
 "$py" -m pip wheel . --no-deps -w dist
 "$py" -m pip install -q --force-reinstall --no-deps dist/tilegym_cutile_rs-*.whl
 pip_install "$py" --find-links dist "tilegym-cutile-rs[tileiras,test,tilegym]" "wheel==0.45.1"
+# cuobjdump and nvdisasm of the same CUDA release, beside tileiras: the GEMM lowering test reads
+# the sm_90 SASS of the fitted variants (HGMMA, TMA).
+pip_install "$py" "nvidia-cuda-cuobjdump==13.4.92" "nvidia-cuda-nvdisasm==13.4.92"
 
 echo "== shipped kernels: every op's common shapes compiled for every architecture, into the wheel"
 "$py" scripts/ship_kernels.py dist/tilegym_cutile_rs-*.whl --archs all

@@ -71,3 +71,75 @@ fn clustered_gemm_assembles_for_the_architectures_with_clusters() {
         common::assemble(&format!("gemm_cga2_{arch}"), arch, &artifacts.bytecode().expect("bytecode"));
     }
 }
+
+/// The sm_90 SASS of a GEMM variant, from tileiras' cubin through the toolkit's cuobjdump
+/// (beside tileiras, as pip's nvidia-cuda-cuobjdump installs it).
+fn sm90_sass(kernel: &str, generics: &[&str], options: cutile::tile_kernel::CompileOptions) -> String {
+    use cutile::compile_api::KernelCompiler;
+
+    use cutile::cutile_compiler::specialization::compute_spec;
+
+    let strides: Vec<(&str, &[i32])> = LAYOUTS[0].iter().map(|(name, s)| (*name, &s[..])).collect();
+    // As a launch specializes: 256-byte aligned allocations, extents and strides as they are.
+    let shapes = [("c", [1, M, N]), ("a", [1, M, K]), ("b", [1, K, N])];
+    let specs: Vec<(&str, _)> = shapes
+        .iter()
+        .zip(&LAYOUTS[0])
+        .map(|((name, shape), (_, st))| (*name, compute_spec(1 << 20, shape, st, 0)))
+        .collect();
+    let artifacts = KernelCompiler::new(__module_ast_self, "matmul_kernels", kernel)
+        .generics(generics.iter().map(|g| g.to_string()).collect())
+        .strides(&strides)
+        .spec_args(&specs)
+        .options(options)
+        .target("sm_90")
+        .compile()
+        .unwrap_or_else(|e| panic!("{kernel}<{generics:?}> failed to lower for sm_90: {e}"));
+    let tileiras = std::path::PathBuf::from(std::env::var("CUTILE_TILEIRAS_PATH").expect("CUTILE_TILEIRAS_PATH"));
+    let dir = std::env::temp_dir().join(format!("sass_{}_{kernel}_{}", std::process::id(), generics.join("_")));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (input, cubin) = (dir.join("k.tilebc"), dir.join("k.cubin"));
+    std::fs::write(&input, artifacts.bytecode().expect("bytecode")).unwrap();
+    let run = std::process::Command::new(&tileiras)
+        .args(["--gpu-name", "sm_90", "--opt-level", "3", "-o"])
+        .arg(&cubin)
+        .arg(&input)
+        .output()
+        .expect("run tileiras");
+    assert!(run.status.success(), "tileiras: {}", String::from_utf8_lossy(&run.stderr));
+    let cuobjdump = tileiras.with_file_name("cuobjdump");
+    let dump = std::process::Command::new(&cuobjdump)
+        .arg("-sass")
+        .arg(&cubin)
+        .output()
+        .unwrap_or_else(|e| panic!("run {} (pip install nvidia-cuda-cuobjdump): {e}", cuobjdump.display()));
+    assert!(dump.status.success(), "cuobjdump: {}", String::from_utf8_lossy(&dump.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+    String::from_utf8_lossy(&dump.stdout).into_owned()
+}
+
+#[test]
+fn the_fitted_hopper_variants_use_hgmma_and_tma() {
+    use cutile::tile_kernel::CompileOptions;
+
+    // The variants the H100 fit picks for large products (python/tilegym_cutile_rs/tuned/matmul.json):
+    // a config that loses the warpgroup MMA (HGMMA) or the TMA loads fails here, not on a GPU.
+    let variants: [(&str, [&str; 7], CompileOptions); 3] = [
+        (
+            "gemm_persistent",
+            ["bf16", "128", "256", "64", "1", "8", "1"],
+            CompileOptions::default().num_worker_warps_per_cta(8),
+        ),
+        ("gemm_persistent", ["f16", "128", "128", "64", "1", "8", "1"], CompileOptions::default()),
+        (
+            "gemm_persistent",
+            ["bf16", "256", "128", "64", "1", "8", "1"],
+            CompileOptions::default().num_worker_warps_per_cta(8),
+        ),
+    ];
+    for (kernel, generics, options) in variants {
+        let sass = sm90_sass(kernel, &generics, options);
+        assert!(sass.contains("HGMMA"), "{kernel}<{generics:?}>: no HGMMA in its sm_90 SASS");
+        assert!(sass.contains("UTMALDG"), "{kernel}<{generics:?}>: no TMA load (UTMALDG) in its sm_90 SASS");
+    }
+}
