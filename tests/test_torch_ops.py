@@ -55,6 +55,38 @@ def test_every_op_declares_its_operators_and_they_are_registered() -> None:
         assert (overload or "default") in getattr(NS, base).overloads(), name
 
 
+# Every operator every op declares, with its own example: a new op is checked here (and by
+# tests/test_torch_ops_gpu.py) without an edit to the tests.
+TORCH_OPS = [op for spec in _op.ops().values() for op in spec.torch_ops]
+
+
+def operator(op: _op.TorchOp) -> Any:
+    base, _, overload = op.name.partition(".")
+    return getattr(getattr(NS, base), overload or "default")
+
+
+def test_every_operator_declares_an_example() -> None:
+    assert not [op.name for op in TORCH_OPS if op.example is None]
+
+
+@pytest.mark.parametrize("op", TORCH_OPS, ids=[op.name for op in TORCH_OPS])
+def test_every_operator_traces_and_compiles_on_its_example(op: _op.TorchOp) -> None:
+    t.register_torch_ops()
+    assert op.example is not None
+    fn = operator(op)
+    gm = make_fx(lambda *a: fn(*a), tracing_mode="fake")(*op.example(META))
+    assert ours(gm) == [op.name.partition(".")[0]], gm.code
+    graphs: list[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, example: Any) -> Any:
+        graphs.append(gm)
+        return gm
+
+    torch._dynamo.reset()
+    torch.compile(lambda *a: fn(*a), fullgraph=True, backend=backend)(*op.example(META))
+    assert len(graphs) == 1 and ours(graphs[0]) == [op.name.partition(".")[0]], graphs[0].code
+
+
 def test_registering_again_is_harmless() -> None:
     # In a fresh interpreter: register, register again, reload an op module and the shared
     # layer (whose registry survives: a reload re-runs a module in the same namespace), then trace.

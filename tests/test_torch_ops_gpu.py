@@ -4,12 +4,12 @@ with new data."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import tilegym_cutile_rs as t
 import torch
+from tilegym_cutile_rs import _op
 
 pytestmark = pytest.mark.gpu
 
@@ -20,27 +20,22 @@ def cuda(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     return torch.randn(*shape, device="cuda").to(dtype)
 
 
-OPCHECKS: list[tuple[str, Callable[[], tuple[Any, tuple[Any, ...]]]]] = [
-    ("softmax", lambda: (NS.softmax.default, (cuda(64, 1000, dtype=torch.float32).requires_grad_(), -1, []))),
-    ("swiglu", lambda: (NS.swiglu.default, (cuda(4, 8, 256).requires_grad_(), cuda(4, 8, 256).requires_grad_(), []))),
-    ("swiglu_backward", lambda: (NS.swiglu_backward.default, (cuda(32, 256), cuda(32, 256), cuda(32, 256)))),
-    ("silu_and_mul", lambda: (NS.silu_and_mul.default, (cuda(64, 2000, dtype=torch.float32).requires_grad_(), []))),
-    ("silu_and_mul_out", lambda: (NS.silu_and_mul_out.default, (cuda(64, 512), torch.empty(64, 256, device="cuda", dtype=torch.bfloat16), []))),
-    ("silu_and_mul_backward", lambda: (NS.silu_and_mul_backward.default, (cuda(64, 256), cuda(64, 512)))),
-    ("matmul", lambda: (NS.matmul.default, (cuda(128, 64).requires_grad_(), cuda(96, 64).t().requires_grad_(), []))),
-    ("bmm", lambda: (NS.bmm.default, (cuda(2, 64, 32).requires_grad_(), cuda(2, 32, 48).requires_grad_(), []))),
-    ("attention_sink", lambda: (NS.attention_sink.default,
-                                (cuda(2, 33, 2, 4, 64), cuda(2, 40, 2, 64), cuda(2, 40, 2, 64), cuda(8, dtype=torch.float32), 0.125, 16, 7, []))),
-    ("attention_sink.start_tensor", lambda: (NS.attention_sink.start_tensor,
-                                             (cuda(1, 1, 2, 4, 64), cuda(1, 50, 2, 64), cuda(1, 50, 2, 64), cuda(8), 0.125, 0,
-                                              torch.tensor([49], dtype=torch.int32, device="cuda"), []))),
-]
+# Every operator every op declares (its TorchOp.example on the GPU): a new op is checked
+# without an edit here.
+TORCH_OPS = [op for spec in _op.ops().values() for op in spec.torch_ops]
+DEVICE = torch.device("cuda")
 
 
-@pytest.mark.parametrize("name, make", OPCHECKS, ids=[o[0] for o in OPCHECKS])
-def test_opcheck(name: str, make: Callable[[], tuple[Any, tuple[Any, ...]]]) -> None:
-    op, args = make()
-    torch.library.opcheck(op, args)
+def operator(op: _op.TorchOp) -> Any:
+    base, _, overload = op.name.partition(".")
+    return getattr(getattr(NS, base), overload or "default")
+
+
+@pytest.mark.parametrize("op", TORCH_OPS, ids=[op.name for op in TORCH_OPS])
+def test_opcheck(op: _op.TorchOp) -> None:
+    t.register_torch_ops()
+    assert op.example is not None, f"{op.name} declares no example"
+    torch.library.opcheck(operator(op), op.example(DEVICE))
 
 
 def block(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, wg: torch.Tensor) -> torch.Tensor:
@@ -52,31 +47,41 @@ def weights() -> list[torch.Tensor]:
     return [(cuda(128, 512) * 0.05).requires_grad_(), (cuda(256, 128) * 0.05).requires_grad_(), (cuda(128, 128) * 0.05).requires_grad_()]
 
 
-# Each op alone, compiled against eager: the same kernels on the same data, so bit-identical
-# outputs and gradients (the incoming gradient is given, so no torch arithmetic sits between).
-# softmax's gradient is the exception: it is torch's own formula, which Inductor compiles into
-# a kernel of its own (seen on an H100: 1 of 64000 bfloat16 gradients one ulp apart).
-TORCH_GRADIENT = {"softmax"}
-PER_OP: list[tuple[str, Callable[..., torch.Tensor], Callable[[], list[torch.Tensor]]]] = [
-    ("softmax", lambda x: t.softmax(x, -1), lambda: [cuda(64, 1000)]),
-    ("swiglu", t.swiglu, lambda: [cuda(64, 512), cuda(64, 512)]),
-    ("silu_and_mul", t.silu_and_mul, lambda: [cuda(64, 1024)]),
-    ("matmul", t.matmul, lambda: [cuda(64, 128), cuda(128, 256) * 0.05]),
-    ("bmm", t.bmm, lambda: [cuda(2, 64, 32), cuda(2, 32, 48)]),
-]
+# Each operator alone, compiled against eager: the same kernels on the same data, so
+# bit-identical outputs and gradients (the incoming gradient is given, so no torch arithmetic
+# sits between), and for an operator that writes an argument, that argument. An operator whose
+# gradient is torch's own formula (TorchOp.torch_gradient: softmax's) is the exception: Inductor
+# compiles it into a kernel of its own (seen on an H100: 1 of 64000 bfloat16 gradients one ulp apart).
+def _outputs(result: Any, args: tuple[Any, ...]) -> list[torch.Tensor]:
+    if isinstance(result, torch.Tensor):
+        return [result]
+    return [a for a in args if isinstance(a, torch.Tensor)]  # "-> ()": what it wrote into its arguments
 
 
-@pytest.mark.parametrize("name, fn, make", PER_OP, ids=[o[0] for o in PER_OP])
-def test_compiled_op_matches_eager_exactly(name: str, fn: Callable[..., torch.Tensor], make: Callable[[], list[torch.Tensor]]) -> None:
+@pytest.mark.parametrize("op", TORCH_OPS, ids=[op.name for op in TORCH_OPS])
+def test_compiled_operator_matches_eager_exactly(op: _op.TorchOp) -> None:
+    t.register_torch_ops()
+    assert op.example is not None
     torch._dynamo.reset()
-    inputs = [x.requires_grad_() for x in make()]
-    eager = fn(*inputs)
-    dy = torch.randn_like(eager)
-    eager_grads = torch.autograd.grad(eager, inputs, dy)
-    compiled = torch.compile(fn, fullgraph=True)(*inputs)
-    compiled_grads = torch.autograd.grad(compiled, inputs, dy)
-    torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
-    tol = dict(rtol=1.6e-2, atol=1e-5) if name in TORCH_GRADIENT else dict(rtol=0, atol=0)
+    fn = operator(op)
+    args = op.example(DEVICE)
+    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+
+    def run(call: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        copies = tuple(a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) and not a.requires_grad
+                       else a for a in args)  # written arguments start equal in both runs
+        outs = _outputs(call(*copies), copies)
+        if not inputs:
+            return outs, []
+        torch.manual_seed(1)  # the same incoming gradients in both runs
+        dys = [torch.randn_like(o) for o in outs]
+        return outs, list(torch.autograd.grad(outs, inputs, dys))
+
+    eager, eager_grads = run(fn)
+    compiled, compiled_grads = run(torch.compile(lambda *a: fn(*a), fullgraph=True))
+    for got, want in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    tol = dict(rtol=1.6e-2, atol=1e-5) if op.torch_gradient else dict(rtol=0, atol=0)
     for got, want in zip(compiled_grads, eager_grads, strict=True):
         torch.testing.assert_close(got, want, **tol)
 

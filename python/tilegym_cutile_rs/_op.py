@@ -330,6 +330,12 @@ class TorchOp:
     fake: the outputs' metadata from the inputs' (shape, dtype, strides, device), no data.
     backward, setup_context: the autograd formula, as torch.library.register_autograd takes
         them; None for an op without gradients.
+    example(device): arguments to call the operator with on `device` (CUDA, or meta for
+        tracing), inputs that have gradients requiring them: the generic operator tests
+        (opcheck, tracing, compiled against eager) run every operator on its example.
+    torch_gradient: its backward is torch arithmetic (softmax's formula), which Inductor
+        compiles into kernels of its own: compiled gradients equal eager ones to rounding,
+        not bit for bit.
     """
 
     name: str
@@ -338,6 +344,23 @@ class TorchOp:
     fake: Callable[..., Any]
     backward: Callable[..., Any] | None = None
     setup_context: Callable[..., Any] | None = None
+    example: Callable[[torch.device], tuple[Any, ...]] | None = None
+    torch_gradient: bool = False
+
+
+def sample(device: torch.device, *shape: int, dtype: str = "bfloat16", grad: bool = False) -> torch.Tensor:
+    """A random `shape` tensor of dtype `dtype` (a torch dtype's name) on `device`, a leaf
+    requiring gradients if `grad`: what `TorchOp.example` builds its arguments from."""
+    import torch
+
+    return torch.randn(*shape, device=device, dtype=getattr(torch, dtype)).requires_grad_(grad)
+
+
+def int32_tensor(device: torch.device, *values: int) -> torch.Tensor:
+    """An int32 tensor of `values` on `device` (an example's device-side position)."""
+    import torch
+
+    return torch.tensor(values, dtype=torch.int32, device=device)
 
 
 # Kept across importlib.reload (which re-runs this module in the same namespace): a dropped

@@ -465,8 +465,17 @@ def _fake_attention_sink(
 
 _SCHEMA = "(Tensor query, Tensor key, Tensor value, Tensor sinks, float sm_scale, int sliding_window, {} start_q, int[] config) -> Tensor"
 TORCH_OPS = (
-    _op.TorchOp("attention_sink", _SCHEMA.format("int"), _op_attention_sink, _fake_attention_sink),
-    _op.TorchOp("attention_sink.start_tensor", _SCHEMA.format("Tensor"), _op_attention_sink, _fake_attention_sink),
+    _op.TorchOp(
+        "attention_sink", _SCHEMA.format("int"), _op_attention_sink, _fake_attention_sink,
+        example=lambda d: (_op.sample(d, 2, 33, 2, 4, 64), _op.sample(d, 2, 40, 2, 64), _op.sample(d, 2, 40, 2, 64),
+                           _op.sample(d, 8, dtype="float32"), 0.125, 16, 7, []),
+    ),
+    _op.TorchOp(
+        "attention_sink.start_tensor", _SCHEMA.format("Tensor"), _op_attention_sink, _fake_attention_sink,
+        # decode: one query at position 49 of a 50-key cache, the position a device tensor
+        example=lambda d: (_op.sample(d, 1, 1, 2, 4, 64), _op.sample(d, 1, 50, 2, 64), _op.sample(d, 1, 50, 2, 64),
+                           _op.sample(d, 8), 0.125, 0, _op.int32_tensor(d, 49), []),
+    ),
 )
 
 

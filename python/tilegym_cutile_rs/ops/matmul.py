@@ -398,9 +398,12 @@ TORCH_OPS = (
     _op.TorchOp(
         "matmul", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_matmul, _fake_product("matmul", 2),
         _backward_product, _setup_product,
+        # b column-major (a transposed view), read in place
+        example=lambda d: (_op.sample(d, 128, 64, grad=True), _op.sample(d, 96, 64).t().requires_grad_(), []),
     ),
     _op.TorchOp(
-        "bmm", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_bmm, _fake_product("bmm", 3), _backward_product, _setup_product
+        "bmm", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_bmm, _fake_product("bmm", 3), _backward_product, _setup_product,
+        example=lambda d: (_op.sample(d, 2, 64, 32, grad=True), _op.sample(d, 2, 32, 48, grad=True), []),
     ),
 )
 

@@ -506,14 +506,27 @@ def _fake_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tens
 
 
 TORCH_OPS = (
-    _op.TorchOp("swiglu", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_swiglu, _fake_swiglu, _backward_swiglu, _setup_swiglu),
-    _op.TorchOp("swiglu_backward", "(Tensor dy, Tensor a, Tensor b) -> Tensor", _op_swiglu_backward, _fake_swiglu_backward),
+    _op.TorchOp(
+        "swiglu", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_swiglu, _fake_swiglu, _backward_swiglu, _setup_swiglu,
+        example=lambda d: (_op.sample(d, 4, 8, 256, grad=True), _op.sample(d, 4, 8, 256, grad=True), []),
+    ),
+    _op.TorchOp(
+        "swiglu_backward", "(Tensor dy, Tensor a, Tensor b) -> Tensor", _op_swiglu_backward, _fake_swiglu_backward,
+        example=lambda d: (_op.sample(d, 32, 256), _op.sample(d, 32, 256), _op.sample(d, 32, 256)),
+    ),
     _op.TorchOp(
         "silu_and_mul", "(Tensor x, int[] config) -> Tensor", _op_silu_and_mul, _fake_silu_and_mul,
         _backward_silu_and_mul, _setup_silu_and_mul,
+        example=lambda d: (_op.sample(d, 64, 2000, dtype="float32", grad=True), []),
     ),
-    _op.TorchOp("silu_and_mul_out", "(Tensor x, Tensor(a!) out, int[] config) -> ()", _op_silu_and_mul_out, _fake_silu_and_mul_out),
-    _op.TorchOp("silu_and_mul_backward", "(Tensor dy, Tensor x) -> Tensor", _op_silu_and_mul_backward, _fake_silu_and_mul_backward),
+    _op.TorchOp(
+        "silu_and_mul_out", "(Tensor x, Tensor(a!) out, int[] config) -> ()", _op_silu_and_mul_out, _fake_silu_and_mul_out,
+        example=lambda d: (_op.sample(d, 64, 512), _op.sample(d, 64, 256), []),
+    ),
+    _op.TorchOp(
+        "silu_and_mul_backward", "(Tensor dy, Tensor x) -> Tensor", _op_silu_and_mul_backward, _fake_silu_and_mul_backward,
+        example=lambda d: (_op.sample(d, 64, 256), _op.sample(d, 64, 512)),
+    ),
 )
 
 

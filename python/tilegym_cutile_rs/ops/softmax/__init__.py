@@ -262,7 +262,10 @@ def _backward_softmax(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None, N
 
 
 TORCH_OPS = (
-    _op.TorchOp("softmax", "(Tensor x, int dim, int[] config) -> Tensor", _op_softmax, _fake_softmax, _backward_softmax, _setup_softmax),
+    _op.TorchOp(
+        "softmax", "(Tensor x, int dim, int[] config) -> Tensor", _op_softmax, _fake_softmax, _backward_softmax, _setup_softmax,
+        example=lambda d: (_op.sample(d, 64, 1000, dtype="float32", grad=True), -1, []), torch_gradient=True,
+    ),
 )
 
 # benchmarks/tune.py softmax: the shapes of the H200 sweeps behind the rule (docs/benchmarks.md),
