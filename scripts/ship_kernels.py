@@ -36,9 +36,9 @@ from pathlib import Path
 BUILD = """
 import json, sys
 from pathlib import Path
-from tilegym_cutile_rs import _shipped
-archs = list(_shipped.ARCHS) if sys.argv[2] == "all" else sys.argv[2].split(",")
-index = _shipped.build(Path(sys.argv[1]), archs, int(sys.argv[3]))
+from tilegym_cutile_rs import _describe, _ship_build
+archs = list(_describe.ARCHS) if sys.argv[2] == "all" else sys.argv[2].split(",")
+index = _ship_build.build(Path(sys.argv[1]), archs, int(sys.argv[3]))
 print(json.dumps({"archs": index["archs"], "build_seconds": index["build_seconds"]}))
 """
 

@@ -49,17 +49,17 @@ SHAPES = [[61, 1009, "float32"], [3, 5003, "bfloat16"], [17, 40009, "float16"], 
 
 def shipped_launches(shapes: list[list]) -> int:
     """How many of the softmax launches of `shapes` find a kernel the wheel ships for this GPU."""
-    from tilegym_cutile_rs import _device, _library, _shipped
+    from tilegym_cutile_rs import _describe, _device, _library, _ship_build, _shipped
 
     major, minor = torch.cuda.get_device_capability()
     _shipped.enable(_library.library(), jit=True)
-    target = _shipped.Target(f"sm_{major}{minor}", _device.sm_count(torch.cuda.current_device()))
+    target = _describe.Target(f"sm_{major}{minor}", _device.sm_count(torch.cuda.current_device()))
 
     def calls() -> None:
         for m, n, dt in shapes:
             tilegym_cutile_rs.softmax(torch.empty(m, n, device="meta", dtype=getattr(torch, dt)))
 
-    found, described = _shipped.resolve(target, calls)
+    found, described = _ship_build.resolve(target, calls)
     assert described == len(shapes)
     return found
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tilegym_cutile_rs import _abi, _library, _op, _shipped
+from tilegym_cutile_rs import _abi, _describe, _library, _op, _ship_build, _shipped
 from tilegym_cutile_rs.errors import ToolchainError
 
 
@@ -30,14 +30,14 @@ def test_the_wheel_ships_every_architecture_and_its_index_checks_out() -> None:
     assert index is not None, f"no shipped kernels in {_shipped.KERNELS_DIR}: was the wheel built with scripts/ship_kernels.py?"
     assert index["library_fingerprint"] == _library.manifest().FINGERPRINT
     assert index["ops"] == sorted(_op.ops())
-    for arch in _shipped.ARCHS:
+    for arch in _describe.ARCHS:
         assert index["archs"][arch] > 0, arch
         assert _shipped.count(arch) == index["archs"][arch]
     listed = set(index["sha256"])
     on_disk = {f"{p.parent.name}/{p.name}" for p in _shipped.KERNELS_DIR.glob("sm_*/*")}
     assert listed == on_disk and len(listed) == sum(index["archs"].values())
     for name, digest in list(index["sha256"].items())[:50]:
-        assert _shipped._sha256(_shipped.KERNELS_DIR / name) == digest, name
+        assert _shipped.sha256(_shipped.KERNELS_DIR / name) == digest, name
 
 
 def test_every_shipped_launch_resolves_without_a_toolchain() -> None:
@@ -46,7 +46,7 @@ def test_every_shipped_launch_resolves_without_a_toolchain() -> None:
     code = textwrap.dedent(
         """
         import json, torch
-        from tilegym_cutile_rs import _library, _op, _shipped, _toolchain
+        from tilegym_cutile_rs import _describe, _library, _op, _ship_build, _shipped, _toolchain
         from tilegym_cutile_rs.errors import ToolchainError
         _toolchain._from_pip = lambda: None
         try:
@@ -56,11 +56,11 @@ def test_every_shipped_launch_resolves_without_a_toolchain() -> None:
             pass
         _shipped.enable(_library.library(), jit=False)
         out = {}
-        for arch, sms in _shipped.ARCHS.items():
+        for arch, sms in _describe.ARCHS.items():
             for n in sms:
                 for name, spec in _op.ops().items():
                     calls = lambda spec=spec: spec.shipped(torch.device("meta"))
-                    out[f"{name} {arch} {n} SMs"] = _shipped.resolve(_shipped.Target(arch, n), calls)
+                    out[f"{name} {arch} {n} SMs"] = _ship_build.resolve(_describe.Target(arch, n), calls)
         print(json.dumps(out))
         """
     )
@@ -70,7 +70,7 @@ def test_every_shipped_launch_resolves_without_a_toolchain() -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     resolved = json.loads(run.stdout)
-    assert len(resolved) == len(_op.ops()) * sum(len(sms) for sms in _shipped.ARCHS.values())
+    assert len(resolved) == len(_op.ops()) * sum(len(sms) for sms in _describe.ARCHS.values())
     for what, (found, described) in resolved.items():
         assert described > 0 and found == described, f"{what}: {found} of {described} launches have a shipped kernel"
 
@@ -81,7 +81,7 @@ def test_a_shape_outside_the_set_finds_nothing_and_raises_the_documented_error()
 
         softmax(torch.empty(77, 12345, device="meta"))
 
-    assert _shipped.resolve(_shipped.Target("sm_90", 132), odd) == (0, 1)
+    assert _ship_build.resolve(_describe.Target("sm_90", 132), odd) == (0, 1)
     # On a GPU the launch fails with CUTILE_ERR_NO_TOOLCHAIN (tests/test_shipped_gpu.py):
     # a ToolchainError naming the kernel, the architecture, the fix and the call.
     lib = _library.library()
@@ -106,15 +106,15 @@ def test_a_damaged_entry_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("TILEGYM_CUTILE_RS_SHIPPED_DIR", str(root))
     lib = _library.library()
     _shipped.enable(lib, jit=True)
-    target, calls = _shipped.Target("sm_90", 132), softmax_shipped
-    found, described = _shipped.resolve(target, calls)
+    target, calls = _describe.Target("sm_90", 132), softmax_shipped
+    found, described = _ship_build.resolve(target, calls)
     assert found == described > 0
     # One flipped bit in each payload: the entry's SHA-256 no longer matches.
     for entry in (root / "sm_90").iterdir():
         data = bytearray(entry.read_bytes())
         data[len(data) // 2] ^= 0x01
         entry.write_bytes(bytes(data))
-    assert _shipped.resolve(target, calls) == (0, described)
+    assert _ship_build.resolve(target, calls) == (0, described)
 
 
 def test_entries_are_bound_to_their_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -127,8 +127,8 @@ def test_entries_are_bound_to_their_kernel(tmp_path: Path, monkeypatch: pytest.M
     contents = [e.read_bytes() for e in entries]
     for entry, data in zip(entries, contents[1:] + contents[:1], strict=True):
         entry.write_bytes(data)
-    target, calls = _shipped.Target("sm_90", 132), softmax_shipped
-    found, described = _shipped.resolve(target, calls)
+    target, calls = _describe.Target("sm_90", 132), softmax_shipped
+    found, described = _ship_build.resolve(target, calls)
     assert described > 0 and found == 0
 
 
@@ -137,10 +137,10 @@ def test_describing_ends_with_its_block() -> None:
     # fake result), not described, and no target answers device queries.
     from tilegym_cutile_rs import softmax
 
-    with _shipped.describe(_shipped.Target("sm_90", 132)):
+    with _describe.describe(_describe.Target("sm_90", 132)):
         softmax(torch.empty(8, 256, device="meta"))
-    assert not _shipped.describing()
+    assert not _describe.describing()
     assert softmax(torch.empty(8, 256, device="meta")).device.type == "meta"
     with pytest.raises(RuntimeError, match="no shipped-kernel target"):
-        _shipped.target()
-    assert _shipped.resolve(_shipped.Target("sm_90", 132), lambda: None)[1] == 1  # the block's launch only
+        _describe.target()
+    assert _ship_build.resolve(_describe.Target("sm_90", 132), lambda: None)[1] == 1  # the block's launch only

@@ -1,7 +1,7 @@
 """Per-device facts the ops need, computed once per device.
 
 Device index -1 is what meta tensors report: the shipped-kernel build runs the ops on
-meta tensors in describe mode (_shipped), and these functions then answer for the
+meta tensors in describe mode (_describe), and these functions then answer for the
 architecture being described.
 """
 
@@ -10,15 +10,22 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import _library, _shipped
+from collections.abc import Callable
+
+from . import _describe, _library, _shipped
 from .errors import ToolchainNotFoundError
+
+
+# Run once at the first use of a device, by name (_op adds the torch operators' registration,
+# for a later torch.compile where torch came after our import): this module knows no op.
+FIRST_USE: dict[str, Callable[[], object]] = {}
 
 
 def prepare(index: int) -> tuple[int, int]:
     """Check device `index` can run the kernels (shipped for its architecture, or a
     toolchain that targets it) and install the kernel cache; return its capability."""
     if index < 0:
-        return _shipped.target().capability
+        return _describe.target().capability
     return _prepare(index)
 
 
@@ -26,9 +33,10 @@ def prepare(index: int) -> tuple[int, int]:
 def _prepare(index: int) -> tuple[int, int]:
     import torch
 
-    from . import _cache, _op, _toolchain  # imported at the first call: the toolchain lookup reads package metadata
+    from . import _cache, _toolchain  # imported at the first call: the toolchain lookup reads package metadata
 
-    _op.register_torch_ops()  # for a later torch.compile, where torch came after our import
+    for hook in FIRST_USE.values():
+        hook()
     capability = torch.cuda.get_device_capability(index)
     arch = f"sm_{capability[0]}{capability[1]}"
     lib = _library.library()
@@ -48,7 +56,7 @@ def _prepare(index: int) -> tuple[int, int]:
 def name(index: int) -> str:
     """Device model and architecture, e.g. "NVIDIA H200 sm_90" (autotuning decisions key on it)."""
     if index < 0:
-        return f"shipped {_shipped.target().arch}"
+        return f"shipped {_describe.target().arch}"
     return _name(index)
 
 
@@ -63,7 +71,7 @@ def _name(index: int) -> str:
 def sm_count(index: int) -> int:
     """Streaming multiprocessors of device `index` (persistent kernels launch a multiple of it)."""
     if index < 0:
-        return _shipped.target().sms
+        return _describe.target().sms
     return _sm_count(index)
 
 
@@ -93,5 +101,5 @@ def check_cuda_tensor(x: Any, op: str) -> None:
 
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{op} takes a torch.Tensor, got {type(x).__name__}")
-    if x.device.type != "cuda" and not (x.is_meta and _shipped.describing()):
+    if x.device.type != "cuda" and not (x.is_meta and _describe.describing()):
         raise ValueError(f"{op} runs on CUDA tensors; x is on {x.device}. Move it first: x.cuda()")

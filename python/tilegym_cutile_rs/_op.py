@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from . import _abi, _device, _library, _progress, _shipped, _tuned
+from . import _abi, _describe, _device, _library, _progress, _tuned
 
 if TYPE_CHECKING:
     import torch
@@ -146,7 +146,7 @@ class Plans:
         """This thread's plan for `key`: the export bound to descriptors of `tensors` (in the
         export's order) and `args`; `dense` as `Plan.dense`."""
         plan = Plan(self.op, self.export, tensors, args, index, self.generation, dense)
-        if _shipped.describing():
+        if _describe.describing():
             return plan  # a plan of meta tensors is never run
         table = self._table()
         if len(table) >= self.MAX:
@@ -182,7 +182,7 @@ class Chooser(Generic[ConfigT]):
         """The config for `problem` (a hashable key: device, dtype, extents, whatever the
         heuristic reads). `tuner()` returns a function that launches one candidate.
         Describing shipped kernels takes the heuristic's choice, as a fresh install would."""
-        if _shipped.describing():
+        if _describe.describing():
             return heuristic()
         found = self._memo.get(problem)
         if found is None or (autotune and not found[1]):
@@ -276,7 +276,7 @@ class OpSpec:
     smoke(device): run the op on a small input, compare with torch; returns a one-line
         result, raises AssertionError when the result is wrong.
     shipped(device): run the op (forward, and backward where it trains) for each shape whose
-        kernels the wheel ships compiled (_shipped): TileGym's test and benchmark shapes, powers
+        kernels the wheel ships compiled (_shipped, built by _ship_build): TileGym's test and benchmark shapes, powers
         of two and common LLM widths. The build runs it on meta tensors in describe mode; the
         GPU tests run it on the device with no toolchain.
     torch_ops: its torch operators (TorchOp, below), registered by register_torch_ops().
@@ -404,14 +404,14 @@ _fake_types: tuple[type, ...] = ()  # FakeTensor, FunctionalTensor, imported at 
 def fake(*tensors: Any) -> bool:
     """Whether any argument is a tensor without data for our kernels (a fake or functional
     tensor of a trace, or a meta tensor): such a call is traced as our torch operator. The
-    shipped-kernel build's meta tensors are the exception (_shipped.describe)."""
+    shipped-kernel build's meta tensors are the exception (_describe.describe)."""
     global _fake_types
     if not _fake_types:
         from torch._subclasses.fake_tensor import FakeTensor
         from torch._subclasses.functional_tensor import FunctionalTensor
 
         _fake_types = (FakeTensor, FunctionalTensor)
-    if _shipped.describing():
+    if _describe.describing():
         return False
     return any(isinstance(t, _fake_types) or getattr(t, "is_meta", False) is True for t in tensors)
 
@@ -481,3 +481,6 @@ def torch_ops() -> Any:
 def traced() -> Any:
     """The torch operators when this call is being traced (torch.compile, torch.export), else None."""
     return torch_ops() if is_compiling() else None
+
+
+_device.FIRST_USE["torch operators"] = register_torch_ops

@@ -16,7 +16,7 @@ the config of its problem: the table of this device (by name) else of the fitted
 its architecture with the nearest SM count, then the entry of the same dtype nearest in
 log2 of the extents; without a table for the architecture, or a malformed one (a warning,
 never an error), the op's own rule decides. While the wheel's kernels are described
-(_shipped), the device is the described target's, so the shipped set holds every config a
+(_describe), the device is the described target's, so the shipped set holds every config a
 fitted table picks (docs/design.md, "Fitted configs").
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _shipped
+from . import _describe
 from ._paths import PACKAGE_DIR
 
 TUNED_DIR = PACKAGE_DIR / "tuned"
@@ -193,7 +193,7 @@ def current_device(index: int) -> tuple[str, str | None, int]:
     from . import _device
 
     if index < 0:
-        target = _shipped.target()
+        target = _describe.target()
         return target.arch, target.device, target.sms
     import torch
 
@@ -227,13 +227,13 @@ def fitted(table_name: str, problem: Problem, index: int | None, rule: Callable[
     return ruled if adapted is None else adapted
 
 
-def describe_targets(arch: str, sms: Sequence[int], tables: Sequence[str]) -> list[_shipped.Target]:
+def describe_targets(arch: str, sms: Sequence[int], tables: Sequence[str]) -> list[_describe.Target]:
     """The targets the wheel's build describes for `arch`: each common SM count (a device
     without a table of its own takes the nearest fitted one), and each device one of
     `tables` has a fit for."""
     named = sorted({d for t in tables for d in devices(t, arch)})
-    return [_shipped.Target(arch, n) for n in sms] + [
-        _shipped.Target(arch, _fitted_sms(tables, arch, d), d) for d in named
+    return [_describe.Target(arch, n) for n in sms] + [
+        _describe.Target(arch, _fitted_sms(tables, arch, d), d) for d in named
     ]
 
 
