@@ -93,10 +93,11 @@ impl Hints {
 pub struct Key(Vec<i64>);
 
 impl Key {
-    /// A key for `kernel` (its name in its cutile module; names are unique across ops) on `device`.
-    pub fn new(kernel: &str, device: i32) -> Self {
+    /// A key for `kernel` of the cutile module named `module` (kernel names need not be
+    /// unique across ops' modules) on `device`.
+    pub fn new(module: &str, kernel: &str, device: i32) -> Self {
         let mut h = DefaultHasher::new();
-        kernel.hash(&mut h);
+        (module, kernel).hash(&mut h);
         let mut key = Vec::with_capacity(32);
         key.extend([h.finish() as i64, i64::from(device)]);
         Self(key)
@@ -239,8 +240,11 @@ mod tests {
     #[test]
     fn keys_differ_in_everything_cutile_specializes_on() {
         let t = |ptr, stride| CheckedTensor { ptr, dtype: DType::F16, shape: vec![4, 8], strides: vec![stride, 1] };
-        let key = |kernel, device, ptr, stride| Key::new(kernel, device).with(64).tensor(&t(ptr, stride)).0;
+        let key =
+            |kernel, device, ptr, stride| Key::new("m_kernels", kernel, device).with(64).tensor(&t(ptr, stride)).0;
         let base = key("a", 0, 0x1000, 8);
+        // One kernel name in two ops' modules: two launches.
+        assert_ne!(base, Key::new("n_kernels", "a", 0).with(64).tensor(&t(0x1000, 8)).0);
         assert_eq!(base, key("a", 0, 0x2000, 8)); // another 16-byte-aligned pointer: the same launch
         assert_ne!(base, key("b", 0, 0x1000, 8));
         assert_ne!(base, key("a", 1, 0x1000, 8));

@@ -164,7 +164,7 @@ pub fn attention_sink(views: &Views, scale: f32, window: i32, config: Config, de
     let Views { out, q, k, v, sinks, start_q, partials } = views;
     let tiles = [config.block_q, config.heads_per_tile, config.head_dim, config.block_n, config.group];
     let base = |kernel| {
-        let key = Key::new(kernel, device).with(window).hints(hints).tensor(q).tensor(k).tensor(v).tensor(sinks);
+        let key = Key::new(KERNELS.name, kernel, device).with(window).hints(hints).tensor(q).tensor(k).tensor(v).tensor(sinks);
         with_index(tiles.iter().fold(key, |key, &t| key.with(t)), start_q)
     };
     let inputs = [Value::Ptr(q.ptr), Value::Ptr(k.ptr), Value::Ptr(v.ptr), Value::Ptr(sinks.ptr), Value::Ptr(start_q.ptr)];
@@ -183,7 +183,7 @@ pub fn attention_sink(views: &Views, scale: f32, window: i32, config: Config, de
             launch::enqueue("attention_sink", key, device, stream, &values, || spec(&launch, Stage::Split), |first| {
                 dispatch(q.dtype, sinks.dtype, first, &launch, Stage::Split)
             })?;
-            let key = Key::new("attention_sink_combine", device).with(config.splits).hints(hints).tensor(out).tensor(acc).tensor(ml).tensor(sinks);
+            let key = Key::new(KERNELS.name, "attention_sink_combine", device).with(config.splits).hints(hints).tensor(out).tensor(acc).tensor(ml).tensor(sinks);
             let key = tiles.iter().fold(key, |key, &t| key.with(t));
             let values = [Value::Ptr(out.ptr), Value::Ptr(acc.ptr), Value::Ptr(ml.ptr), Value::Ptr(sinks.ptr)];
             launch::enqueue("attention_sink", key, device, stream, &values, || spec(&launch, Stage::Combine), |first| {

@@ -99,7 +99,7 @@ pub fn matmul(
         (false, true) => "gemm_persistent",
         (true, true) => "gemm_tf32_persistent",
     };
-    let key = Key::new(kernel, device)
+    let key = Key::new(KERNELS.name, kernel, device)
         .with(tiles.block_m)
         .with(tiles.block_n)
         .with(tiles.block_k)

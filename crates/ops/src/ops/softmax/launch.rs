@@ -58,7 +58,7 @@ pub fn softmax(
     let n_pad = i32::try_from(n_pad)
         .map_err(|_| OpError::invalid(format!("row length {n} rounded up to tiles of {block_n} overflows i32")))?;
     let kernel = Kernel::for_view(x, block_n);
-    let key = Key::new(kernel.name(), device).with(block_m).with(block_n).with(n_pad).hints(hints).tensor(x).tensor(y);
+    let key = Key::new(KERNELS.name, kernel.name(), device).with(block_m).with(block_n).with(n_pad).hints(hints).tensor(x).tensor(y);
     let values = [Value::Ptr(y.ptr), Value::Ptr(x.ptr)];
     let tiles = [block_m, block_n, n_pad];
     let spec = || spec(x, y, kernel, tiles, hints);

@@ -58,7 +58,7 @@ pub fn forward(
         return Ok(());
     }
     const KERNEL: &str = "swiglu_forward";
-    let key = Key::new(KERNEL, device).with(block_m).with(block_n).hints(hints).tensor(y).tensor(a).tensor(b);
+    let key = Key::new(KERNELS.name, KERNEL, device).with(block_m).with(block_n).hints(hints).tensor(y).tensor(a).tensor(b);
     let values = [Value::Ptr(y.ptr), Value::Ptr(a.ptr), Value::Ptr(b.ptr)];
     let spec = || {
         KernelSpec::new(KERNELS, KERNEL, generics(dtype, block_m, block_n), hints).tensor("y", y).tensor("a", a).tensor("b", b)
@@ -162,7 +162,7 @@ pub fn backward(
         return Ok(());
     }
     const KERNEL: &str = "swiglu_backward";
-    let key = Key::new(KERNEL, device).with(block_m).with(block_n).hints(hints).tensor(dg).tensor(dy).tensor(a).tensor(b);
+    let key = Key::new(KERNELS.name, KERNEL, device).with(block_m).with(block_n).hints(hints).tensor(dg).tensor(dy).tensor(a).tensor(b);
     let values = [Value::Ptr(dg.ptr), Value::Ptr(dy.ptr), Value::Ptr(a.ptr), Value::Ptr(b.ptr)];
     let spec = || {
         KernelSpec::new(KERNELS, KERNEL, generics(dtype, block_m, block_n), hints)
