@@ -7,8 +7,8 @@
 //! adds what it leaves out: this library's ABI fingerprint and the
 //! ptxas/libNVVM versions.
 
+use crate::abi::ffi::CacheStats;
 use crate::abi::{OpError, OpResult};
-use crate::ffi::CacheStats;
 use cutile::jit_cache::{self, FileSystemJitStore, JitStore};
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;

@@ -9,80 +9,19 @@
 //! a miss hands the op a [`FirstLaunch`], whose [`FirstLaunch::run`] launches
 //! through cutile (`crate::warm_start`) and records the launch for the next time.
 
-use crate::abi::{CheckedTensor, OpError, OpResult};
-use crate::ffi::{CUTILE_MAX_BLOCK, CUTILE_MAX_CTAS_IN_CGA, CUTILE_MAX_OCCUPANCY, CUTILE_MAX_WORKER_WARPS};
+use crate::abi::{CheckedTensor, OpResult};
 use crate::replay::{self, Args, Value};
-use crate::shipped::{self, KernelSpec};
+use crate::shipped;
+use crate::spec::Hints;
+use crate::spec::KernelSpec;
 use crate::{runtime, warm_start};
 use cuda_core::{Context, Stream};
 use cutile::cuda_async::error::DeviceError;
 use cutile::cutile_compiler::specialization::DivHint;
-use cutile::tile_kernel::{CompileOptions, TileFunctionKey};
+use cutile::tile_kernel::TileFunctionKey;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-
-/// Checks one tile edge of a config: a power of two in `1..=CUTILE_MAX_BLOCK`.
-pub fn check_block(name: &str, value: i32) -> OpResult<()> {
-    if !(1..=CUTILE_MAX_BLOCK).contains(&value) || value & (value - 1) != 0 {
-        return Err(OpError::invalid(format!("{name} = {value}: must be a power of two in 1..={CUTILE_MAX_BLOCK}")));
-    }
-    Ok(())
-}
-
-/// The compile-time hints of a config besides its tile shape; each value is its own
-/// compiled variant, and 0 leaves the choice to tileiras.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hints {
-    /// Resident CTAs per SM.
-    pub occupancy: i32,
-    /// Worker warps per CTA.
-    pub warps: i32,
-    /// CTAs per cluster (`num_cta_in_cga`); only ops that take it set it (`with_cga`).
-    pub cga: i32,
-}
-
-impl Hints {
-    /// The hints, checked against Tile IR's domains.
-    pub fn checked(occupancy: i32, warps: i32) -> OpResult<Self> {
-        if !(0..=CUTILE_MAX_OCCUPANCY).contains(&occupancy) {
-            return Err(OpError::invalid(format!(
-                "occupancy = {occupancy}: must be 0 (compiler's choice) to {CUTILE_MAX_OCCUPANCY}"
-            )));
-        }
-        if warps != 0 && (!(1..=CUTILE_MAX_WORKER_WARPS).contains(&warps) || warps & (warps - 1) != 0) {
-            return Err(OpError::invalid(format!(
-                "warps = {warps}: must be 0 (compiler's choice) or a power of two up to {CUTILE_MAX_WORKER_WARPS}"
-            )));
-        }
-        Ok(Self { occupancy, warps, cga: 0 })
-    }
-
-    /// These hints with `cga` CTAs per cluster, checked: 0 or a power of two up to
-    /// `CUTILE_MAX_CTAS_IN_CGA`.
-    pub fn with_cga(self, cga: i32) -> OpResult<Self> {
-        if cga != 0 && (!(1..=CUTILE_MAX_CTAS_IN_CGA).contains(&cga) || cga & (cga - 1) != 0) {
-            return Err(OpError::invalid(format!(
-                "cga = {cga}: must be 0 (compiler's choice) or a power of two up to {CUTILE_MAX_CTAS_IN_CGA}"
-            )));
-        }
-        Ok(Self { cga, ..self })
-    }
-
-    pub fn compile_options(self) -> CompileOptions {
-        let mut options = CompileOptions::default();
-        if self.occupancy > 0 {
-            options = options.occupancy(self.occupancy);
-        }
-        if self.warps > 0 {
-            options = options.num_worker_warps_per_cta(self.warps);
-        }
-        if self.cga > 0 {
-            options = options.num_cta_in_cga(self.cga);
-        }
-        options
-    }
-}
 
 /// A launch's replay key: everything cutile specializes on or checks at launch,
 /// pointers aside (the kernel, its generics and options, the device, each tensor's
@@ -218,24 +157,6 @@ impl FirstLaunch {
 mod tests {
     use super::*;
     use crate::abi::DType;
-
-    #[test]
-    fn configs_outside_tile_irs_domains_are_refused() {
-        assert!(check_block("block_m", 64).is_ok());
-        for bad in [0, 3, -4, CUTILE_MAX_BLOCK * 2] {
-            assert!(check_block("block_m", bad).unwrap_err().message.starts_with("block_m = "));
-        }
-        assert!(Hints::checked(0, 0).is_ok() && Hints::checked(CUTILE_MAX_OCCUPANCY, 32).is_ok());
-        assert!(Hints::checked(-1, 0).is_err() && Hints::checked(CUTILE_MAX_OCCUPANCY + 1, 0).is_err());
-        for bad in [3, 64, -8] {
-            assert!(Hints::checked(0, bad).unwrap_err().message.contains("power of two"));
-        }
-        let hints = Hints::checked(0, 0).unwrap();
-        assert_eq!(hints.with_cga(2).unwrap().cga, 2);
-        for bad in [3, -2, CUTILE_MAX_CTAS_IN_CGA * 2] {
-            assert!(hints.with_cga(bad).unwrap_err().message.starts_with("cga = "));
-        }
-    }
 
     #[test]
     fn keys_differ_in_everything_cutile_specializes_on() {

@@ -10,12 +10,14 @@
 
 pub mod abi;
 pub mod cache;
+pub mod entry;
 pub mod ffi;
 pub mod launch;
 pub mod probe;
 pub mod replay;
 pub mod runtime;
 pub mod shipped;
+pub mod spec;
 pub mod warm_start;
 
 include!(concat!(env!("OUT_DIR"), "/ops.rs"));

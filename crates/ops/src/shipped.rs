@@ -17,19 +17,18 @@
 //! another specialization. Entries use cutile's checksummed entry codec,
 //! bound to the identity and the architecture, and are only ever read.
 
-use crate::abi::{CheckedTensor, OpError, OpResult, CUTILE_ERR_COMPILE_FAILED};
-use crate::launch::Hints;
-use crate::warm_start;
-use cutile::cutile_compiler::ast::Module;
+use crate::abi::{OpError, OpResult, CUTILE_ERR_COMPILE_FAILED};
+use crate::entry;
+use crate::spec::KernelSpec;
 use cutile::cutile_compiler::compiler::{CUDATileFunctionCompiler, CUDATileModules};
 use cutile::cutile_compiler::cuda_tile_runtime_utils::{
     get_compiler_version, run_tileiras, selected_bytecode_version, serialize_tile_ir_bytecode_for_version,
     TileirasOptions,
 };
 use cutile::cutile_compiler::kernel_naming::KernelNaming;
-use cutile::cutile_compiler::specialization::{compute_spec, DivHint, SpecializationBits};
+use cutile::cutile_compiler::specialization::{DivHint, SpecializationBits};
 use cutile::jit_cache::{decode_entry, encode_entry, EntryParams};
-use cutile::tile_kernel::{CompileOptions, TileFunctionKey};
+use cutile::tile_kernel::TileFunctionKey;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -41,93 +40,6 @@ const IDENTITY_MAGIC: &str = "tilegym-cutile-rs shipped kernel v1";
 /// What an entry's tileiras field holds: a shipped cubin is used whatever
 /// toolchain is (or is not) installed, so the field names no version.
 const ENTRY_TOOLCHAIN: &str = "shipped";
-
-/// One kernel module of an op, as its `#[cutile::module]` generates it.
-#[derive(Clone, Copy)]
-pub struct KernelModule {
-    pub name: &'static str,
-    pub ast: fn() -> Module,
-    pub source_hash: &'static str,
-}
-
-/// Everything cutile specializes one launch on, derived from the launch's
-/// arguments the way cutile's generated launcher derives it.
-#[derive(Clone)]
-pub struct KernelSpec {
-    module: KernelModule,
-    function: &'static str,
-    generics: Vec<String>,
-    options: CompileOptions,
-    stride_args: Vec<(String, Vec<i32>)>,
-    spec_args: Vec<(String, SpecializationBits)>,
-    scalar_hints: Vec<(String, DivHint)>,
-}
-
-impl KernelSpec {
-    /// A launch of `function` in `module` with these generic arguments and hints.
-    pub fn new(module: KernelModule, function: &'static str, generics: Vec<String>, hints: Hints) -> Self {
-        Self {
-            module,
-            function,
-            generics,
-            options: hints.compile_options(),
-            stride_args: Vec::new(),
-            spec_args: Vec::new(),
-            scalar_hints: Vec::new(),
-        }
-    }
-
-    /// The generic arguments, for the op's launcher.
-    pub fn generics(&self) -> Vec<String> {
-        self.generics.clone()
-    }
-
-    /// The compile options, for the op's launcher.
-    pub fn options(&self) -> CompileOptions {
-        self.options.clone()
-    }
-
-    /// The next tensor parameter (`&Tensor` or a partition of `&mut Tensor`), in
-    /// the kernel's parameter order, borrowed with `t`'s pointer, extents and strides.
-    pub fn tensor(self, name: &str, t: &CheckedTensor) -> Self {
-        self.raw_tensor(name, t.ptr, &t.shape, &t.strides)
-    }
-
-    /// [`Self::tensor`] from raw parts (an index tensor).
-    pub fn raw_tensor(mut self, name: &str, ptr: u64, shape: &[i32], strides: &[i32]) -> Self {
-        let spec = compute_spec(ptr, shape, strides, 0);
-        self.stride_args
-            .push((name.to_string(), spec.stride_one.iter().map(|&one| if one { 1 } else { -1 }).collect()));
-        self.spec_args.push((name.to_string(), spec));
-        self
-    }
-
-    /// The next integer scalar parameter (cutile specializes on its divisibility).
-    pub fn int(mut self, name: &str, value: i32) -> Self {
-        self.scalar_hints.push((name.to_string(), DivHint::from_value(value)));
-        self
-    }
-
-    /// The key cutile resolves this launch to on a GPU of architecture `gpu_name`
-    /// (device and toolchain fields aside, which [`identity`] leaves out).
-    fn key(&self, gpu_name: &str) -> TileFunctionKey {
-        TileFunctionKey::builder(self.module.name, self.function)
-            .generics(self.generics.clone())
-            .stride_args(self.stride_args.clone())
-            .spec_args(self.spec_args.clone())
-            .scalar_hints(self.scalar_hints.clone())
-            .compile_options(self.options.clone().with_default_tile_libraries())
-            .source_hash(self.module.source_hash)
-            .gpu_name(gpu_name)
-            .compiler_version(get_compiler_version())
-            .build()
-    }
-
-    /// The kernel and its generics, for messages.
-    pub fn describe(&self) -> String {
-        format!("{}<{}>", self.function, self.generics.join(", "))
-    }
-}
 
 /// The shipped-kernel identity of a resolved key: SHA-256 over this library's
 /// version and ABI fingerprint and the key's every field but the device ordinal
@@ -236,7 +148,7 @@ pub(crate) fn resolve() -> (usize, usize) {
 /// The error of a launch that has neither a shipped kernel nor a toolchain to compile one.
 pub(crate) fn no_toolchain(op: &str, spec: &KernelSpec, gpu_name: &str) -> OpError {
     OpError::new(
-        crate::ffi::CUTILE_ERR_NO_TOOLCHAIN,
+        crate::abi::ffi::CUTILE_ERR_NO_TOOLCHAIN,
         format!(
             "{op}: {} on {gpu_name} is not among the shipped kernels, and no Tile IR toolchain is installed to \
              compile it. Fix: pip install \"tilegym-cutile-rs[tileiras]\"",
@@ -428,7 +340,7 @@ fn compile(spec: &KernelSpec, gpu_name: &str) -> OpResult<Vec<u8>> {
     let (bytecode, _) = serialize_tile_ir_bytecode_for_version(&module, version).map_err(|e| failed(&e))?;
     let cubin =
         run_tileiras(&bytecode, gpu_name, &TileirasOptions::from_compile_options(&options)).map_err(|e| failed(&e))?;
-    Ok(warm_start::payload(&KernelNaming::new(spec.function).entry_name(), &validator, &cubin))
+    Ok(entry::payload(&KernelNaming::new(spec.function).entry_name(), &validator, &cubin))
 }
 
 #[cfg(test)]

@@ -26,15 +26,13 @@
 //! an error that names the kernel, the architecture and the fix.
 
 use crate::abi::OpResult;
-use crate::shipped::{self, KernelSpec};
+use crate::entry;
+use crate::shipped;
+use crate::spec::KernelSpec;
 use crate::{cache, runtime};
 use cuda_core::{Context, Stream};
-use cutile::cuda_async::device_context::{
-    load_module_from_bytes, CompiledKernel, PointerParamType, ScalarParamType, TensorParamType, ValidParamType,
-    Validator,
-};
+use cutile::cuda_async::device_context::{load_module_from_bytes, CompiledKernel};
 use cutile::cuda_async::error::DeviceError;
-use cutile::cuda_async::predicate::{Atom, LaunchCheck, Predicate, Term};
 use cutile::cutile_compiler::cuda_tile_runtime_utils::{get_gpu_name, tileiras_fingerprint};
 use cutile::cutile_compiler::kernel_naming::KernelNaming;
 use cutile::jit_cache::{decode_entry, encode_entry, EntryParams};
@@ -44,7 +42,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-const PAYLOAD_MAGIC: &str = "tilegym-cutile-rs warm-start v1";
 /// Launch signatures remembered as already handled, before the set is cleared.
 const SEEN_MAX: usize = 1 << 16;
 
@@ -154,7 +151,7 @@ struct IndexKey {
 impl IndexKey {
     fn new(key: &TileFunctionKey, device: usize) -> Self {
         // The key's Debug form spells every field, private ones included.
-        let described = format!("{PAYLOAD_MAGIC}\0{}\0{key:?}", env!("CARGO_PKG_VERSION"));
+        let described = format!("{}\0{}\0{key:?}", entry::PAYLOAD_MAGIC, env!("CARGO_PKG_VERSION"));
         let identity: [u8; 32] = Sha256::digest(described.as_bytes()).into();
         let store_key = format!("warm-start-{}", identity.iter().map(|b| format!("{b:02x}")).collect::<String>());
         Self { store_key, identity, gpu_name: get_gpu_name(device), tileiras_fp: tileiras_fingerprint() }
@@ -190,154 +187,25 @@ fn record(key: &TileFunctionKey, index: &IndexKey, entry: &str, cubin: &[u8]) {
     if *links_tile_libraries {
         return;
     }
-    if let Some(bytes) = encode_entry(&index.params(), &payload(entry, &kernel.validator, cubin)) {
+    if let Some(bytes) = encode_entry(&index.params(), &entry::payload(entry, &kernel.validator, cubin)) {
         cache::put_index(&index.store_key, &bytes);
     }
-}
-
-/// An index entry's payload: the entry symbol, the validator's parameters and
-/// launch checks as text, a blank line, then the cubin (also the shipped format).
-pub(crate) fn payload(entry: &str, validator: &Validator, cubin: &[u8]) -> Vec<u8> {
-    let mut payload = format!("{PAYLOAD_MAGIC}\nentry {entry}\n");
-    for p in &validator.params {
-        payload.push_str(&match p {
-            ValidParamType::Scalar(s) => format!("scalar {}\n", s.element_type),
-            ValidParamType::Pointer(p) => format!("pointer {} {}\n", u8::from(p.mutable), p.element_type),
-            ValidParamType::Tensor(t) => format!(
-                "tensor {} {}\n",
-                t.element_type,
-                t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",")
-            ),
-        });
-    }
-    payload.push_str(&encode_checks(&validator.launch_checks));
-    payload.push('\n');
-    let mut payload = payload.into_bytes();
-    payload.extend_from_slice(cubin);
-    payload
 }
 
 fn install(key: &TileFunctionKey, device: usize, index: &IndexKey, bytes: &[u8]) -> Option<()> {
     install_payload(key, device, &decode_entry(bytes, &index.params())?)
 }
 
-/// Loads a [`payload`]'s cubin and puts the kernel into cutile's in-memory slot for `key`.
+/// Loads an [`entry::payload`]'s cubin and puts the kernel into cutile's in-memory slot for `key`.
 fn install_payload(key: &TileFunctionKey, device: usize, payload: &[u8]) -> Option<()> {
-    let split = payload.windows(2).position(|w| w == b"\n\n")?;
-    let header = std::str::from_utf8(&payload[..split]).ok()?;
-    let cubin = &payload[split + 2..];
-    let mut lines = header.lines();
-    if lines.next()? != PAYLOAD_MAGIC {
-        return None;
-    }
-    let entry = lines.next()?.strip_prefix("entry ")?;
-    let mut params = Vec::new();
-    let mut checks = String::new();
-    for line in lines {
-        if line.starts_with("check\t") {
-            checks.push_str(line);
-            checks.push('\n');
-            continue;
-        }
-        let fields: Vec<&str> = line.split(' ').collect();
-        params.push(match fields.as_slice() {
-            ["scalar", ty] => ValidParamType::Scalar(ScalarParamType { element_type: ty.to_string() }),
-            ["pointer", m, ty] => {
-                ValidParamType::Pointer(PointerParamType { mutable: *m == "1", element_type: ty.to_string() })
-            }
-            ["tensor", ty, shape] => ValidParamType::Tensor(TensorParamType {
-                element_type: ty.to_string(),
-                shape: shape.split(',').filter(|d| !d.is_empty()).map(str::parse).collect::<Result<_, _>>().ok()?,
-            }),
-            _ => return None,
-        });
-    }
+    let (entry, validator, cubin) = entry::parse(payload)?;
     // SAFETY: `cubin` passed the entry's SHA-256 check and came from tileiras;
     // the driver validates the image itself and an error here only means a miss.
     let module = unsafe { load_module_from_bytes(cubin, device) }.ok()?;
     let function = Arc::new(module.load_function(entry).ok()?);
-    let validator = Arc::new(Validator { params, launch_checks: decode_checks(&checks)? });
     // A concurrent compile of the same key may have filled the slot: either is the same kernel.
-    let _ = kernel_cache_slot(key).set((CompiledKernel { module, function, validator }, false));
+    let _ = kernel_cache_slot(key).set((CompiledKernel { module, function, validator: Arc::new(validator) }, false));
     Some(())
-}
-
-/// Launch checks as text, one line each: `check`, the predicate kind, the
-/// divisor (0 unless divisible-by), the term's constant, its atoms with their
-/// coefficients, and the cause with backslashes and line breaks escaped.
-pub fn encode_checks(checks: &[LaunchCheck]) -> String {
-    let mut out = String::new();
-    for check in checks {
-        let (kind, term, divisor) = match &check.predicate {
-            Predicate::Zero(t) => ("zero", t, 0),
-            Predicate::Nonzero(t) => ("nonzero", t, 0),
-            Predicate::Positive(t) => ("positive", t, 0),
-            Predicate::DivisibleBy { term, divisor } => ("divisible", term, *divisor),
-        };
-        let atoms: Vec<String> = term
-            .coeffs()
-            .iter()
-            .map(|(atom, c)| match atom {
-                Atom::Dim { param, axis } => format!("dim:{param}:{axis}:{c}"),
-                Atom::Iv(id) => format!("iv:{id}:{c}"),
-                Atom::TileBlockId(k) => format!("tbid:{k}:{c}"),
-                Atom::NumTileBlocks(k) => format!("ntb:{k}:{c}"),
-                Atom::ViewExtent { param, axis } => format!("view:{param}:{axis}:{c}"),
-                Atom::TileCount { param, axis, tile } => format!("tiles:{param}:{axis}:{tile}:{c}"),
-            })
-            .collect();
-        let cause = check.cause.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r");
-        out.push_str(&format!("check\t{kind}\t{divisor}\t{}\t{}\t{cause}\n", term.constant_part(), atoms.join(" ")));
-    }
-    out
-}
-
-/// The inverse of [`encode_checks`]; `None` for anything it did not write.
-pub fn decode_checks(text: &str) -> Option<Vec<LaunchCheck>> {
-    let mut checks = Vec::new();
-    for line in text.lines() {
-        let fields: Vec<&str> = line.splitn(6, '\t').collect();
-        let ["check", kind, divisor, constant, atoms, cause] = fields.as_slice() else { return None };
-        let mut term = Term::constant(constant.parse().ok()?);
-        for token in atoms.split(' ').filter(|t| !t.is_empty()) {
-            let parts: Vec<&str> = token.split(':').collect();
-            let n = |i: usize| parts.get(i)?.parse::<usize>().ok();
-            let (atom, coeff) = match parts.as_slice() {
-                ["dim", _, _, c] => (Atom::Dim { param: n(1)?, axis: n(2)? }, c),
-                ["iv", id, c] => (Atom::Iv(id.parse().ok()?), c),
-                ["tbid", _, c] => (Atom::TileBlockId(n(1)?), c),
-                ["ntb", _, c] => (Atom::NumTileBlocks(n(1)?), c),
-                ["view", _, _, c] => (Atom::ViewExtent { param: n(1)?, axis: n(2)? }, c),
-                ["tiles", _, _, tile, c] => {
-                    (Atom::TileCount { param: n(1)?, axis: n(2)?, tile: tile.parse().ok()? }, c)
-                }
-                _ => return None,
-            };
-            term = term.add(&Term::affine(atom, coeff.parse().ok()?, 0))?;
-        }
-        let predicate = match (*kind, divisor.parse::<i64>().ok()?) {
-            ("zero", 0) => Predicate::Zero(term),
-            ("nonzero", 0) => Predicate::Nonzero(term),
-            ("positive", 0) => Predicate::Positive(term),
-            ("divisible", d) if d >= 1 => Predicate::DivisibleBy { term, divisor: d },
-            _ => return None,
-        };
-        let mut unescaped = String::with_capacity(cause.len());
-        let mut chars = cause.chars();
-        while let Some(c) = chars.next() {
-            match (c, c == '\\') {
-                (_, true) => match chars.next()? {
-                    'n' => unescaped.push('\n'),
-                    'r' => unescaped.push('\r'),
-                    '\\' => unescaped.push('\\'),
-                    _ => return None,
-                },
-                (c, false) => unescaped.push(c),
-            }
-        }
-        checks.push(LaunchCheck { predicate, cause: unescaped });
-    }
-    Some(checks)
 }
 
 #[cfg(test)]
@@ -355,27 +223,6 @@ mod tests {
         entry[last] ^= 1;
         assert_eq!(cubin_of_entry(&entry), None);
         assert_eq!(cubin_of_entry(&entry[..40]), None);
-    }
-
-    #[test]
-    fn launch_checks_round_trip_and_garbage_is_refused() {
-        let dim = Term::atom(Atom::Dim { param: 1, axis: 0 });
-        let blocks = Term::affine(Atom::NumTileBlocks(0), -4, 4);
-        let tiles = Term::affine(Atom::TileCount { param: 0, axis: 1, tile: 64 }, 3, -1);
-        let checks = vec![
-            LaunchCheck { predicate: Predicate::Positive(dim.add(&blocks).unwrap()), cause: "a\\b\nc\\nd\r".into() },
-            LaunchCheck {
-                predicate: Predicate::Nonzero(Term::atom(Atom::ViewExtent { param: 1, axis: 1 })),
-                cause: String::new(),
-            },
-            LaunchCheck { predicate: Predicate::DivisibleBy { term: tiles, divisor: 16 }, cause: "x".into() },
-            LaunchCheck { predicate: Predicate::Zero(Term::constant(0)), cause: "tab\there".into() },
-        ];
-        let text = encode_checks(&checks);
-        assert_eq!(decode_checks(&text), Some(checks));
-        assert_eq!(decode_checks("check\tpositive\t0\t1\tdim:1\tcause\n"), None);
-        assert_eq!(decode_checks("check\tdivisible\t0\t1\t\tcause\n"), None);
-        assert_eq!(decode_checks("check\tzero\t0\t0\t\tbad escape \\q\n"), None);
     }
 
     #[test]

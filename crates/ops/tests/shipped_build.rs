@@ -2,9 +2,9 @@
 //! softmax launch compiles into an entry for each architecture, the same launch then
 //! resolves to it, a launch of another shape does not, and a damaged entry is refused.
 
+use cutile_ops::abi::ffi::{TensorDesc, CUTILE_DTYPE_BF16, CUTILE_OK};
 use cutile_ops::ffi::{
     cutile_describe_begin, cutile_describe_end, cutile_shipped_build, cutile_shipped_enable, cutile_shipped_resolve,
-    TensorDesc, CUTILE_DTYPE_BF16, CUTILE_OK,
 };
 use cutile_ops::softmax::ffi::cutile_softmax;
 use std::ffi::CString;

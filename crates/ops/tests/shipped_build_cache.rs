@@ -3,9 +3,8 @@
 //! changed kernel misses and compiles, and a damaged cache file is compiled again.
 //! (Its own test binary: the variable is process-wide.)
 
-use cutile_ops::ffi::{
-    cutile_describe_begin, cutile_describe_end, cutile_shipped_build, TensorDesc, CUTILE_DTYPE_BF16, CUTILE_OK,
-};
+use cutile_ops::abi::ffi::{TensorDesc, CUTILE_DTYPE_BF16, CUTILE_OK};
+use cutile_ops::ffi::{cutile_describe_begin, cutile_describe_end, cutile_shipped_build};
 use cutile_ops::shipped::{cache_reused, SHIP_CACHE_ENV};
 use cutile_ops::softmax::ffi::cutile_softmax;
 use std::ffi::CString;

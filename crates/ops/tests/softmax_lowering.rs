@@ -65,7 +65,7 @@ fn real_launch_checks_survive_the_warm_start_codec() {
             .unwrap_or_else(|e| panic!("{kernel} failed to lower: {e}"));
         let checks = artifacts.launch_checks().to_vec();
         assert!(!checks.is_empty(), "{kernel}: expected hoisted launch checks");
-        let text = cutile_ops::warm_start::encode_checks(&checks);
-        assert_eq!(cutile_ops::warm_start::decode_checks(&text).as_ref(), Some(&checks), "{kernel}:\n{text}");
+        let text = cutile_ops::entry::encode_checks(&checks);
+        assert_eq!(cutile_ops::entry::decode_checks(&text).as_ref(), Some(&checks), "{kernel}:\n{text}");
     }
 }

@@ -4,9 +4,9 @@
 
 use super::kernel::attention_sink_kernels;
 use crate::abi::{CheckedTensor, DType, IndexTensor, OpError, OpResult};
-use crate::launch::{self, check_block, FirstLaunch, Hints, Key};
+use crate::launch::{self, FirstLaunch, Key};
 use crate::replay::{Args, Value};
-use crate::shipped::{KernelModule, KernelSpec};
+use crate::spec::{check_block, Hints, KernelModule, KernelSpec};
 use cutile::cutile_compiler::specialization::DivHint;
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;

@@ -37,7 +37,7 @@ pub unsafe extern "C" fn cutile_matmul(
     ffi_guard(|| {
         let (c, a, b) = unsafe { (read_desc(c, "c")?, read_desc(a, "a")?, read_desc(b, "b")?) };
         let tiles = super::launch::Tiles { block_m, block_n, block_k, group_m, ctas };
-        let hints = crate::launch::Hints::checked(occupancy, warps)?.with_cga(cga)?;
+        let hints = crate::spec::Hints::checked(occupancy, warps)?.with_cga(cga)?;
         super::launch::matmul(&c, &a, &b, tf32 != 0, tiles, hints, device, stream)
     })
 }

@@ -10,6 +10,12 @@ pub const CUTILE_SOFTMAX_ROWS_EXACT: i32 = 1;
 /// 2-byte rows that are not whole 16-byte vectors (the masked-gather kernels).
 pub const CUTILE_SOFTMAX_ROWS_GATHER: i32 = 2;
 
+const _: () = assert!(
+    RowFamily::Plain as i32 == CUTILE_SOFTMAX_ROWS_PLAIN
+        && RowFamily::Exact as i32 == CUTILE_SOFTMAX_ROWS_EXACT
+        && RowFamily::Gather as i32 == CUTILE_SOFTMAX_ROWS_GATHER
+);
+
 /// Softmax over the last dim of the 2-D view `x` into the contiguous `y`.
 ///
 /// Rows up to `block_n` long take one tile; longer rows loop over `block_n`

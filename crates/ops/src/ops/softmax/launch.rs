@@ -1,12 +1,11 @@
 //! Host side of softmax: validates the views, picks the row kernel and
 //! enqueues it on the caller's stream (crate::launch) without waiting for it.
 
-use super::ffi::{CUTILE_SOFTMAX_ROWS_EXACT, CUTILE_SOFTMAX_ROWS_GATHER, CUTILE_SOFTMAX_ROWS_PLAIN};
 use super::kernel::softmax_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
-use crate::launch::{self, check_block, FirstLaunch, Hints, Key};
+use crate::launch::{self, FirstLaunch, Key};
 use crate::replay::{Args, Value};
-use crate::shipped::{KernelModule, KernelSpec};
+use crate::spec::{check_block, Hints, KernelModule, KernelSpec};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
 use cutile::tensor::KernelOutputStored;
@@ -92,18 +91,19 @@ fn spec(x: &CheckedTensor, y: &CheckedTensor, kernel: Kernel, [block_m, block_n,
 
 /// The kernel family a softmax row takes, which decides both the kernel (with
 /// the config's `block_n`, [`Kernel::for_view`]) and which of the heuristic's
-/// tables Python looks its config up in (`cutile_softmax_row_family`).
+/// tables Python looks its config up in (`cutile_softmax_row_family`; its values are
+/// ffi.rs's `CUTILE_SOFTMAX_ROWS_*`, checked there at compile time).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(i32)]
 pub enum RowFamily {
     /// Rows of any length through partition views.
-    Plain = CUTILE_SOFTMAX_ROWS_PLAIN,
+    Plain = 0,
     /// Rows of a power-of-two length: every power-of-two tile is a whole tile, so
     /// the exact-width kernels (no column bounds checks) take them.
-    Exact = CUTILE_SOFTMAX_ROWS_EXACT,
+    Exact = 1,
     /// 2-byte rows that are not whole 16-byte vectors (N or the row stride not a
     /// multiple of 8): the masked-gather kernels (kernel.rs says why).
-    Gather = CUTILE_SOFTMAX_ROWS_GATHER,
+    Gather = 2,
 }
 
 impl RowFamily {

@@ -3,9 +3,9 @@
 
 use super::kernel::swiglu_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
-use crate::launch::{self, check_block, FirstLaunch, Hints, Key};
+use crate::launch::{self, FirstLaunch, Key};
 use crate::replay::{Args, Value};
-use crate::shipped::{KernelModule, KernelSpec};
+use crate::spec::{check_block, Hints, KernelModule, KernelSpec};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
 use cutile::tensor::KernelOutputStored;

@@ -1,8 +1,10 @@
 //! What every C export does on the Rust side: reading and checking a
 //! `TensorDesc`, and turning an op's error or panic into a status code and a
-//! per-thread message. The C-visible types and constants are in `ffi.rs`.
+//! per-thread message. The C-visible types and constants are in `abi/ffi.rs`.
 
-pub use crate::ffi::{
+pub mod ffi;
+
+pub use self::ffi::{
     TensorDesc, CUTILE_DTYPE_BF16, CUTILE_DTYPE_F16, CUTILE_DTYPE_F32, CUTILE_DTYPE_I32, CUTILE_ERR_COMPILE_FAILED,
     CUTILE_ERR_DEVICE_INIT, CUTILE_ERR_INVALID_ARGUMENT, CUTILE_ERR_LAUNCH_FAILED, CUTILE_ERR_NULL_POINTER,
     CUTILE_ERR_PANIC, CUTILE_ERR_UNSUPPORTED_DTYPE, CUTILE_MAX_DIMS, CUTILE_OK,
