@@ -5,7 +5,10 @@
 Prints a markdown table: GB/s = 2 * M * N * element size / kernel time (one
 read, one write), timed with triton.testing.do_bench (L2 flushed between runs)
 when Triton is installed, else CUDA events, the best of --rounds rounds that
-the columns take in turn; and our ratio to the best peer.
+the columns take in turn; our ratio to the best peer and to "copy", a device-to-device
+copy of the same bytes (`dst.copy_(src)`), the bandwidth ceiling of the same run.
+Default rows: the BRIEF's shapes, vocabulary-sized rows (4096 tokens x 32000 / 50257 /
+128256 / 151936: what sampling runs) and TileGym's, each in float32, bfloat16 and float16.
 Peers: torch.softmax, a Triton one-row-per-program softmax, and cuTile Python
 through TileGym (`tilegym.ops.softmax`, backend "cutile") when importable.
 Then (without --shapes) host time per call on a 1x256 tensor, and first-call
@@ -29,6 +32,7 @@ from _timing import Rows, bench_timer, host_us_per_call
 
 BRIEF_SHAPES = [(8192, 256), (8192, 1024), (8192, 4096), (2048, 32768)]
 TILEGYM_SHAPES = [(256, 256), (256, 2048), (256, 32768), (256, 9), (256, 1009)]
+VOCAB_SHAPES = [(4096, v) for v in (32000, 50257, 128256, 151936)]
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -39,13 +43,7 @@ def _shape_list(text: str) -> list[tuple[int, int]]:
 
 
 def table_rows(shapes: list[tuple[int, int]], dtypes: list[torch.dtype]) -> list[tuple[int, int, torch.dtype]]:
-    rows = []
-    for m, n in shapes:
-        for dtype in dtypes:
-            if dtype is torch.float16 and (m, n) in BRIEF_SHAPES and len(dtypes) == len(DTYPES):
-                continue  # the BRIEF's table has no float16 rows
-            rows.append((m, n, dtype))
-    return rows
+    return [(m, n, dtype) for m, n in shapes for dtype in dtypes]
 
 
 def throughput(rows: Rows, rounds: int) -> None:
@@ -56,22 +54,30 @@ def throughput(rows: Rows, rounds: int) -> None:
     }
     peers = {k: v for k, v in peers.items() if v is not None}
     bench = bench_timer()
-    cols = ["M x N", "dtype", *peers, "ours", "ours / best peer"]
+    cols = ["M x N", "dtype", "copy", *peers, "ours", "ours / best peer", "ours / copy"]
     print("| " + " | ".join(cols) + " |")
     print("|" + " --- |" * len(cols))
     for m, n, dtype in rows:
         x = torch.randn(m, n, device="cuda", dtype=dtype)
-        gbs = dict.fromkeys([*peers, "ours"], 0.0)
+        nbytes = 2 * x.numel() * x.element_size()
+        src = torch.empty(nbytes // 2, dtype=torch.int8, device="cuda")
+        dst = torch.empty_like(src)
+        gbs = dict.fromkeys(["copy", *peers, "ours"], 0.0)
         # The columns take their rounds in turn and keep their best: the GPU's speed on
         # this machine drifts within a run (a peer's row moved 2x between runs when
         # each column was timed once), and a drift then hits every column alike.
         for _ in range(rounds):
+            ms = bench(lambda dst=dst, src=src: dst.copy_(src))
+            gbs["copy"] = max(gbs["copy"], nbytes / (ms * 1e-3) / 1e9)
             for name, fn in [*peers.items(), ("ours", tilegym_cutile_rs.softmax)]:
                 ms = bench(lambda fn=fn, x=x: fn(x))
-                gbs[name] = max(gbs[name], 2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9)
-        best = max(v for k, v in gbs.items() if k != "ours")
-        row = [f"{m} x {n}", str(dtype).replace("torch.", ""), *(f"{gbs[k]:.0f}" for k in peers), f"{gbs['ours']:.0f}", f"{gbs['ours'] / best:.2f}"]
+                gbs[name] = max(gbs[name], nbytes / (ms * 1e-3) / 1e9)
+        best = max(gbs[k] for k in peers)
+        row = [f"{m} x {n}", str(dtype).replace("torch.", ""), f"{gbs['copy']:.0f}", *(f"{gbs[k]:.0f}" for k in peers),
+               f"{gbs['ours']:.0f}", f"{gbs['ours'] / best:.2f}", f"{gbs['ours'] / gbs['copy']:.2f}"]
         print("| " + " | ".join(row) + " |", flush=True)
+        del x, src, dst
+        torch.cuda.empty_cache()
     rows.report()
 
 
@@ -109,7 +115,7 @@ def main() -> None:
     Rows.add_arguments(parser)
     args = parser.parse_args()
     dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
-    shapes = args.shapes or (BRIEF_SHAPES[:2] if args.quick else BRIEF_SHAPES + TILEGYM_SHAPES)
+    shapes = args.shapes or (BRIEF_SHAPES[:2] if args.quick else BRIEF_SHAPES + VOCAB_SHAPES + TILEGYM_SHAPES)
     rows = Rows.from_args(args, table_rows(shapes, dtypes))
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
     print(f"GB/s: the best of {args.rounds} rounds per column, the columns taking their rounds in turn\n")

@@ -1,16 +1,23 @@
 """swiglu / silu_and_mul throughput against the peers a user has, forward and backward,
 in one process on the same inputs.
 
-    python benchmarks/swiglu_bench.py [--rounds R] [--shapes MxH,...] [--dtypes D,...] [--rows I,J] [--budget S]
+    python benchmarks/swiglu_bench.py [--ops swiglu,silu_and_mul] [--rounds R] [--shapes MxH,...]
+                                      [--dtypes D,...] [--rows I,J] [--budget S] [--list-rows]
 
-Prints one markdown table per direction. GB/s = bytes read and written / time: forward
-reads a and b and writes y (3 * M * H elements), backward reads dy, a and b and writes
-da and db (5 * M * H). Times from triton.testing.do_bench (L2 flushed between runs) when
-Triton is installed, else CUDA events; each column takes --rounds rounds in turn and keeps
-its best. Peers, each where it runs here: eager torch (`F.silu(a) * b`, autograd's
-backward), `torch.compile` of the same, cuTile Python through TileGym (backend "cutile",
-`get_swiglu()`), Liger-Kernel's fused Triton SiLU-mul. "copy" is a device-to-device
-copy of the same bytes (`dst.copy_(src)`), the bandwidth ceiling of the same run.
+Prints one markdown table per op and direction. swiglu(a, b) takes a and b of [M, H];
+silu_and_mul(x) takes x of [M, 2H] holding both halves. GB/s = bytes read and written /
+time: forward reads a and b (or x) and writes y (3 * M * H elements), backward reads dy, a
+and b (or x) and writes da and db (or dx) (5 * M * H). Times from triton.testing.do_bench (L2
+flushed between runs) when Triton is installed, else CUDA events; each column takes --rounds
+rounds in turn and keeps its best. Peers, each where it runs here: eager torch
+(`F.silu(a) * b`, autograd's backward), `torch.compile` of the same, cuTile Python through
+TileGym (backend "cutile": `get_swiglu()`, `silu_and_mul`), Liger-Kernel's fused Triton
+SiLU-mul (`LigerSiLUMulFunction`; for silu_and_mul on x's two halves, which its
+`ensure_contiguous` copies first: Liger has no packed form). "copy" is a device-to-device
+copy of the same bytes (`dst.copy_(src)`), the bandwidth ceiling of the same run. Every
+peer's forward is checked against a float32 reference on each row before it is timed; one
+that disagrees is shown as "wrong" and not ranked. Peers that cannot run here are named
+under the device line, with the reason.
 """
 
 from __future__ import annotations
@@ -30,89 +37,121 @@ from _timing import Rows, bench_timer, table_head
 SHAPES = [(4096, 14336), (16384, 14336), (4096, 11008), (1, 11008), (128, 14336)]
 SHAPES += [(65536, h) for h in (512, 1024, 4096, 8192)]
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-Pair = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+OPS = ("swiglu", "silu_and_mul")
+Fn = Callable[..., torch.Tensor]
 
 
 def _eager(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.silu(a) * b
 
 
-def peers() -> dict[str, Pair]:
-    """Each peer's swiglu(a, b), with autograd; the ones that cannot run here are left out."""
-    found: dict[str, Pair] = {"torch": _eager}
+def _eager_packed(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return F.silu(x[..., :h]) * x[..., h:]
+
+
+def peers(op: str, missing: dict[str, str]) -> dict[str, Fn]:
+    """Each peer's `op` (swiglu(a, b) or silu_and_mul(x)), with autograd; the ones that cannot
+    run here go to `missing` with the reason."""
+    eager = _eager if op == "swiglu" else _eager_packed
+    found: dict[str, Fn] = {"torch": eager}
+    probe = (torch.randn(8, 64, device="cuda", requires_grad=True),) * (2 if op == "swiglu" else 1)
     try:
-        compiled = torch.compile(_eager)
-        x = torch.randn(8, 64, device="cuda", requires_grad=True)
-        compiled(x, x).sum().backward()
+        compiled = torch.compile(eager)
+        compiled(*probe).sum().backward()
         found["torch.compile"] = compiled
     except Exception as exc:  # noqa: BLE001 - any failure means the peer is unavailable here
-        print(f"(torch.compile unavailable: {type(exc).__name__}: {exc})", file=sys.stderr)
+        missing["torch.compile"] = f"{type(exc).__name__}: {exc}"
     try:
         import tilegym
 
         tilegym.set_backend("cutile")
-        cutile = tilegym.ops.get_swiglu()
-        x = torch.randn(8, 64, device="cuda", requires_grad=True)
-        cutile(x, x).sum().backward()
+        cutile = tilegym.ops.get_swiglu() if op == "swiglu" else tilegym.ops.silu_and_mul
+        cutile(*probe).sum().backward()
         found["cutile-python"] = cutile
     except Exception as exc:  # noqa: BLE001
-        print(f"(cuTile Python via TileGym unavailable: {type(exc).__name__}: {exc})", file=sys.stderr)
+        missing["cutile-python"] = f"{type(exc).__name__}: {exc}"
     try:
         from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 
-        found["liger"] = LigerSiLUMulFunction.apply
+        liger: Fn = LigerSiLUMulFunction.apply
+        found["liger"] = liger if op == "swiglu" else (lambda x: liger(x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]))
     except Exception as exc:  # noqa: BLE001
-        print(f"(Liger-Kernel unavailable: {type(exc).__name__}: {exc})", file=sys.stderr)
+        missing["liger"] = f"{type(exc).__name__}: {exc}"
     return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--shapes", help="MxH,... (default: LLM MLP and TileGym shapes)")
     parser.add_argument("--dtypes", default="bfloat16,float16,float32")
     Rows.add_arguments(parser)
     args = parser.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
-    rows = Rows.from_args(args, [(d, m, h, dt) for d in ("forward", "backward") for m, h in shapes for dt in args.dtypes.split(",")])
+    rows = Rows.from_args(args, [(op, d, m, h, dt) for op in args.ops.split(",") for d in ("forward", "backward")
+                                 for m, h in shapes for dt in args.dtypes.split(",")])
     bench = bench_timer()
-    fns = {**peers(), "ours": tilegym_cutile_rs.swiglu}
-    names = [n for n in fns if n != "ours"]
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
+    missing: dict[str, dict[str, str]] = {}
+    tables = {op: {**peers(op, missing.setdefault(op, {})), "ours": getattr(tilegym_cutile_rs, op)} for op in args.ops.split(",")}
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    for op, left_out in missing.items():
+        for name, why in left_out.items():
+            print(f"{op}: peer {name} not available here ({why[:200]})")
+    print()
     heading = None
-    for direction, m, h, dtype_name in rows:
-        if direction != heading:
-            heading = direction
-            table_head(direction, ["M x H", "dtype", "copy", *names, "ours", "ours / best peer", "ours / copy"])
+    for op, direction, m, h, dtype_name in rows:
+        fns = tables[op]
+        names = [n for n in fns if n != "ours"]
+        if (op, direction) != heading:
+            heading = (op, direction)
+            table_head(f"{op} {direction}", ["M x H", "dtype", "copy", *names, "ours", "ours / best peer", "ours / copy"])
         dtype = DTYPES[dtype_name]
-        a = torch.randn(m, h, device="cuda", dtype=dtype, requires_grad=direction == "backward")
-        b = torch.randn(m, h, device="cuda", dtype=dtype, requires_grad=direction == "backward")
+        grad = direction == "backward"
+        if op == "swiglu":
+            inputs = tuple(torch.randn(m, h, device="cuda", dtype=dtype, requires_grad=grad) for _ in range(2))
+        else:
+            inputs = (torch.randn(m, 2 * h, device="cuda", dtype=dtype, requires_grad=grad),)
         dy = torch.randn(m, h, device="cuda", dtype=dtype)
+        with torch.no_grad():
+            ref = (_eager if op == "swiglu" else _eager_packed)(*(t.float() for t in inputs))
         elements = (3 if direction == "forward" else 5) * m * h
-        nbytes = elements * a.element_size()
+        nbytes = elements * inputs[0].element_size()
         src = torch.empty(nbytes // 2, dtype=torch.int8, device="cuda")
         dst = torch.empty_like(src)
         calls: dict[str, Callable[[], Any]] = {"copy": lambda dst=dst, src=src: dst.copy_(src)}
+        wrong: set[str] = set()
         for name, fn in fns.items():
+            try:
+                with torch.no_grad():
+                    torch.testing.assert_close(fn(*inputs).float(), ref, rtol=2e-2, atol=2e-2)
+            except AssertionError as exc:
+                print(f"({name} disagrees with the float32 reference on {op} {m} x {h} {dtype_name}: {str(exc)[:300]})",
+                      file=sys.stderr)
+                wrong.add(name)
+                continue
             if direction == "forward":
-                calls[name] = lambda fn=fn, a=a, b=b: fn(a, b)
+                calls[name] = lambda fn=fn, inputs=inputs: fn(*inputs)
             else:
-                y = fn(a, b)  # the graph once; each timed call runs only the backward
-                calls[name] = lambda y=y, a=a, b=b, dy=dy: torch.autograd.grad(y, (a, b), dy, retain_graph=True)
+                y = fn(*inputs)  # the graph once; each timed call runs only the backward
+                calls[name] = lambda y=y, inputs=inputs, dy=dy: torch.autograd.grad(y, inputs, dy, retain_graph=True)
         gbs = dict.fromkeys(calls, 0.0)
         for _ in range(args.rounds):
             for name, call in calls.items():
-                with torch.set_grad_enabled(direction == "backward"):
+                with torch.set_grad_enabled(grad):
                     ms = bench(call)
                 gbs[name] = max(gbs[name], nbytes / (ms * 1e-3) / 1e9)
-        best = max(gbs[n] for n in names)
-        cells = " | ".join(f"{gbs[n]:.0f}" for n in names)
+        ranked = [gbs[n] for n in names if n not in wrong]
+        best = max(ranked) if ranked else float("nan")
+        cells = " | ".join("wrong" if n in wrong else f"{gbs[n]:.0f}" for n in names)
+        ours = "wrong" if "ours" in wrong else f"{gbs['ours']:.0f}"
         print(
-            f"| {m} x {h} | {dtype_name} | {gbs['copy']:.0f} | {cells} | {gbs['ours']:.0f} | "
-            f"{gbs['ours'] / best:.2f}x | {gbs['ours'] / gbs['copy']:.2f} |",
+            f"| {m} x {h} | {dtype_name} | {gbs['copy']:.0f} | {cells} | {ours} | "
+            f"{gbs.get('ours', 0.0) / best:.2f}x | {gbs.get('ours', 0.0) / gbs['copy']:.2f} |",
             flush=True,
         )
-        del a, b, dy, src, dst, calls
+        del inputs, dy, src, dst, calls, ref
         torch.cuda.empty_cache()
     rows.report()
 

@@ -8,13 +8,11 @@ architecture being described.
 from __future__ import annotations
 
 import functools
-from typing import Any
-
 from collections.abc import Callable
+from typing import Any
 
 from . import _describe, _library, _shipped
 from .errors import ToolchainNotFoundError
-
 
 # Run once at the first use of a device, by name (_op adds the torch operators' registration,
 # for a later torch.compile where torch came after our import): this module knows no op.

@@ -271,7 +271,8 @@ TORCH_OPS = (
 # benchmarks/tune.py softmax: the shapes of the H200 sweeps behind the rule (docs/benchmarks.md),
 # the vocabulary rows sampling runs, and TileGym's test rows, in every dtype; contiguous rows.
 TUNING_SHAPES = [(8192, 256), (8192, 1024), (8192, 4096), (4096, 8192), (4096, 16384), (2048, 32768),
-                 (4096, 32000), (4096, 50257), (4096, 128256), (256, 256), (256, 2048), (256, 32768), (256, 9), (256, 1009)]
+                 (4096, 32000), (4096, 50257), (4096, 128256), (4096, 151936), (256, 256), (256, 2048), (256, 32768), (256, 9),
+                 (256, 1009)]
 
 
 def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
