@@ -7,7 +7,8 @@ counting only unmasked work (causal, window, start_q), timed with triton.testing
 (L2 flushed) when Triton is installed, else CUDA events; each column takes --rounds rounds
 in turn and keeps its best. Peers, each where it runs here: eager PyTorch in float32 (what
 TileGym's tests compare with; skipped past --skip-eager-above query-key pairs, where it
-needs tens of GB), TileGym's "cutile" backend (cuTile Python) and OpenAI's Triton
+needs tens of GB), TileGym's "cutile" backend (cuTile Python: `attention_sink`, and on decode
+rows, one query, `attention_sink_decode`, the split-KV kernel TileGym runs there) and OpenAI's Triton
 flash attention with sinks (PyPI `gpt-oss`, `gpt_oss.triton.attention`). Every peer's
 first 64 query rows are checked against the float32 reference before it is timed; a peer
 that disagrees prints "wrong" in its cell (and the reason on stderr) and is not ranked.
@@ -65,17 +66,19 @@ def visible_pairs(s_q: int, s_kv: int, window: int | None, start_q: int) -> int:
     return total
 
 
-def tilegym_cutile() -> Callable[..., torch.Tensor] | None:
+def tilegym_cutile(op: str = "attention_sink") -> Callable[..., torch.Tensor] | None:
+    """TileGym's cutile `op`: attention_sink, or attention_sink_decode (split-KV, what TileGym
+    runs for one query)."""
     try:
         import tilegym
 
         tilegym.set_backend("cutile")
-        fn = tilegym.ops.attention_sink
-        q = torch.randn(1, 16, 1, 1, 64, device="cuda", dtype=torch.bfloat16)
+        fn = getattr(tilegym.ops, op)
+        q = torch.randn(1, 1 if op == "attention_sink_decode" else 16, 1, 1, 64, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(1, 16, 1, 64, device="cuda", dtype=torch.bfloat16)
         fn(q, k, k, torch.zeros(1, device="cuda", dtype=torch.bfloat16), 0.125, None, torch.zeros(1, dtype=torch.int32, device="cuda"))
     except Exception as exc:  # noqa: BLE001 - any failure means the peer is unavailable here
-        print(f"(cuTile Python via TileGym unavailable: {type(exc).__name__}: {exc})", file=sys.stderr)
+        print(f"(cuTile Python's {op} via TileGym unavailable: {type(exc).__name__}: {exc})", file=sys.stderr)
         return None
     return fn
 
@@ -95,8 +98,10 @@ def gpt_oss_triton() -> Callable[..., torch.Tensor] | None:
     return run
 
 
-# Peers that are defined only for queries starting at position 0 (see the module's docstring).
+# Peers defined only for queries starting at position 0 (see the module's docstring), and
+# only for one query (decode).
 START_AT_ZERO_ONLY = {"gpt-oss triton"}
+ONE_QUERY_ONLY = {"cutile-python decode"}
 
 
 def main() -> None:
@@ -111,12 +116,13 @@ def main() -> None:
         peers: dict[str, Callable[..., torch.Tensor] | None] = {
             "eager f32": reference,
             "cutile-python": tilegym_cutile(),
+            "cutile-python decode": tilegym_cutile("attention_sink_decode"),
             "gpt-oss triton": gpt_oss_triton(),
         }
     names = list(peers)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
     print("TFLOP/s over unmasked work; '-' where a peer does not run (see stderr); 'n/a' where a row is outside a peer's\n"
-          "domain (gpt-oss's kernel: queries starting at position 0 only).\n")
+          "domain (gpt-oss's kernel: queries starting at position 0 only; cuTile Python's decode kernel: one query).\n")
     print(f"| B, S_q, S_kv, H_kv x G, D, window | {' | '.join(names)} | ours | ours / best peer |")
     print("| --- | " + "--- | " * (len(names) + 2))
     for shape in rows:
@@ -148,7 +154,7 @@ def row(
     for name, fn in peers.items():
         if fn is None or (name == "eager f32" and b * h_kv * group * s_q * s_kv > eager_limit):
             continue
-        if name in START_AT_ZERO_ONLY and start_q > 0:
+        if name in START_AT_ZERO_ONLY and start_q > 0 or name in ONE_QUERY_ONLY and s_q != 1:
             out_of_domain.add(name)
             continue
         offset = start_q if fn is reference else start
