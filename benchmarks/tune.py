@@ -7,8 +7,8 @@ NAME is a table an op declares in its own module (`OpSpec.tunings`, each a _tune
 its name, problems, candidates, the op's rule, a bench that checks each config's result
 against its reference, bytes per call): `swiglu`, `swiglu_backward`, `softmax`, `matmul`. Every
 config of a problem is compiled first (a thread pool: tileiras runs as a child process), then
-checked one at a time (its outputs poisoned with NaN first) and timed with triton.testing.do_bench (median, L2 flushed) or
-CUDA events. Each result is appended to --results as it is measured (JSON lines), and a
+checked one at a time (its outputs poisoned with NaN first) and timed as the benchmarks time
+(_timing.bench_timer: do_bench's mean, L2 flushed, or CUDA events). Each result is appended to --results as it is measured (JSON lines), and a
 rerun resumes from that file. At --budget seconds the sweep stops cleanly, listing what it
 did not measure. The table then gets, for every problem whose candidates were all measured,
 the fastest config, its time and the rule's, under this GPU's architecture and name, with
@@ -101,18 +101,15 @@ def commit() -> str:
 
 
 def timer() -> Any:
-    import torch
+    """us per call, timed as the benchmarks time it (_timing.bench_timer: do_bench's mean over
+    about 100 ms, L2 flushed): a config is fitted by what the benchmark will measure. (Fits
+    before 2026-12-06's matmul fit took do_bench's median over 40 ms; on the H100 the matmul
+    bench then ran 8-warp 128 x 256 configs 14% slower than that sweep had timed them.)"""
+    sys.path.insert(0, str(HERE))
+    from _timing import bench_timer
 
-    try:
-        from triton.testing import do_bench
-
-        return lambda fn: do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
-    except ImportError:
-        sys.path.insert(0, str(HERE))
-        from _timing import bench_timer
-
-        events = bench_timer()
-        return lambda fn: events(fn) * 1e3 if torch.cuda.is_available() else 0.0
+    ms = bench_timer()
+    return lambda fn: ms(fn) * 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
