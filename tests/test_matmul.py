@@ -91,3 +91,29 @@ def test_the_heuristic_depends_on_the_architecture_and_fits_the_problem() -> Non
     # Decode: one row takes the smallest row tile; tiny problems the smallest tiles.
     assert mm.matmul_rule(1, 14336, 4096, torch.bfloat16, "sm_90")[:3] == (16, 128, 64)
     assert mm.matmul_rule(8, 8, 8, torch.bfloat16, "sm_90")[:3] == (16, 16, 16)
+
+
+def test_a_fitted_cluster_carries_over_only_on_the_persistent_kernel() -> None:
+    fitted = ("bfloat16", 1, 4096, 4096, 4096)
+    persistent = mm.MatmulConfig(128, 256, 64, 0, 0, mm.GROUP_M, 2)
+    one_per_tile = mm.MatmulConfig(128, 256, 64, 0, 0, 0, 2)
+    near = ("bfloat16", 1, 2048, 4096, 4096)
+    assert mm._adapt(persistent, near, fitted) == persistent
+    assert mm._adapt(one_per_tile, near, fitted) == one_per_tile._replace(cga=0)
+    assert mm._adapt(one_per_tile, fitted, fitted) == one_per_tile  # where it was measured
+    # Tiles are cut to a smaller problem, as the rule cuts its own.
+    assert mm._adapt(persistent, ("bfloat16", 1, 16, 100, 4096), fitted)[:3] == (16, 128, 64)
+
+
+@pytest.mark.parametrize("m, n, ctas, cga", [(4096, 4096, 132, 2), (128, 14336 - 256, 54, 2), (128, 128, 1, 0), (384, 256, 2, 2)])
+def test_a_persistent_cluster_launch_takes_whole_clusters(monkeypatch: pytest.MonkeyPatch, m: int, n: int, ctas: int, cga: int) -> None:
+    """The persistent kernel launches min(SMs x occupancy, tiles) CTAs, rounded down to whole
+    clusters; fewer tiles than one cluster drop the cluster hint."""
+    calls = []
+    monkeypatch.setattr(mm._device, "sm_count", lambda index: 132)
+    monkeypatch.setattr(mm._op, "tensor_descs", lambda *t: ("c", "a", "b"))
+    monkeypatch.setattr(mm._op, "call", lambda op, export, args, index, what: calls.append(args))
+    c = torch.empty(1, m, n, device="meta", dtype=torch.bfloat16)
+    mm._launch(c, c, c, mm.MatmulConfig(128, 256, 64, 0, 0, mm.GROUP_M, 2), 0)
+    (args,) = calls
+    assert args[4] == ctas and args[-1] == cga, args
