@@ -117,3 +117,28 @@ def test_a_persistent_cluster_launch_takes_whole_clusters(monkeypatch: pytest.Mo
     mm._launch(c, c, c, mm.MatmulConfig(128, 256, 64, 0, 0, mm.GROUP_M, 2), 0)
     (args,) = calls
     assert args[4] == ctas and args[-1] == cga, args
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_operands_are_read_in_place_only_with_16_byte_aligned_strides(dtype: torch.dtype) -> None:
+    """TMA needs every stride but the unit one, and the start, 16-byte aligned: other operands
+    are copied once with the leading dimension padded (the view keeps their shape and values)."""
+    per16 = 16 // dtype.itemsize
+    aligned = torch.randn(100, 64 * per16, dtype=dtype)
+    assert mm._operand(aligned) is aligned
+    assert mm._operand(aligned.t()).data_ptr() == aligned.data_ptr()  # column-major: read in place
+    for t in (torch.randn(100, 1023, dtype=dtype),                     # row-major, K = 1023
+              torch.randn(100, 1023, dtype=dtype).t(),                 # column-major, leading 1023
+              torch.randn(4, 128, 511, dtype=dtype),                   # a batch of them
+              torch.randn(100, 1025, dtype=dtype)[:, 1:],              # starts one element in
+              torch.randn(64, 300, dtype=dtype)[:, ::3]):              # neither row- nor column-major
+        got = mm._operand(t)
+        unit = -1 if got.stride(-1) == 1 else -2
+        assert got.shape == t.shape and torch.equal(got, t)
+        assert got.storage_offset() * dtype.itemsize % 16 == 0
+        assert all(s * dtype.itemsize % 16 == 0 for d, s in enumerate(got.stride()) if d != got.dim() + unit), got.stride()
+    small = torch.randn(8, 7, dtype=dtype)
+    assert mm._operand(small) is small  # a copy would cost more than it saves
+    x = torch.randn(100, 1023, dtype=dtype, requires_grad=True)
+    mm._operand(x).sum().backward()
+    assert x.grad is not None and torch.equal(x.grad, torch.ones_like(x))

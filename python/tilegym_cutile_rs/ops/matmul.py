@@ -104,12 +104,34 @@ def _arch(index: int) -> str:
     return f"sm_{major}{minor}"
 
 
+# Operands smaller than this many elements are read as they are: a copy would cost more than
+# the slower loads it saves.
+ALIGN_MIN_ELEMENTS = 64 * 64
+
+
 def _operand(t: torch.Tensor) -> torch.Tensor:
-    """`t` if each of its matrices is row- or column-major (read in place), else a contiguous copy."""
+    """`t` if each of its matrices is row- or column-major with 16-byte aligned strides and
+    start (read in place, through TMA); else a copy whose leading dimension is padded to 16
+    bytes, as a view of `t`'s shape (differentiable). Tile loads through TMA need those
+    alignments: with K = 1023 2-byte elements a row-major `a` was read with plain loads and
+    half the pipeline depth (docs/benchmarks.md, "matmul and bmm")."""
     rows, cols = t.shape[-2], t.shape[-1]
-    if rows <= 1 or cols <= 1 or t.stride(-1) == 1 or t.stride(-2) == 1:
+    if rows <= 1 or cols <= 1:
         return t
-    return t.contiguous()
+    unit = -1 if t.stride(-1) == 1 else -2 if t.stride(-2) == 1 else 0
+    size = t.element_size()
+    aligned = unit != 0 and t.storage_offset() * size % 16 == 0 and all(
+        stride * size % 16 == 0 for d, stride in enumerate(t.stride()) if d != t.dim() + unit and t.shape[d] > 1
+    )
+    if aligned or t.numel() < ALIGN_MIN_ELEMENTS:
+        return t if unit != 0 else t.contiguous()
+    import torch.nn.functional as F
+
+    column_major = unit == -2
+    rm = t.transpose(-1, -2) if column_major else t  # the same data, row-major
+    width = rm.shape[-1]
+    padded = F.pad(rm, (0, -width % (16 // size)))[..., :width]
+    return padded.transpose(-1, -2) if column_major else padded
 
 
 def _tf32(dtype: torch.dtype) -> bool:
