@@ -105,20 +105,6 @@ def test_a_fitted_cluster_carries_over_only_on_the_persistent_kernel() -> None:
     assert mm._adapt(persistent, ("bfloat16", 1, 16, 100, 4096), fitted)[:3] == (16, 128, 64)
 
 
-@pytest.mark.parametrize("m, n, ctas, cga", [(4096, 4096, 132, 2), (128, 14336 - 256, 54, 2), (128, 128, 1, 0), (384, 256, 2, 2)])
-def test_a_persistent_cluster_launch_takes_whole_clusters(monkeypatch: pytest.MonkeyPatch, m: int, n: int, ctas: int, cga: int) -> None:
-    """The persistent kernel launches min(SMs x occupancy, tiles) CTAs, rounded down to whole
-    clusters; fewer tiles than one cluster drop the cluster hint."""
-    calls = []
-    monkeypatch.setattr(mm._device, "sm_count", lambda index: 132)
-    monkeypatch.setattr(mm._op, "tensor_descs", lambda *t: ("c", "a", "b"))
-    monkeypatch.setattr(mm._op, "call", lambda op, export, args, index, what: calls.append(args))
-    c = torch.empty(1, m, n, device="meta", dtype=torch.bfloat16)
-    mm._launch(c, c, c, mm.MatmulConfig(128, 256, 64, 0, 0, mm.GROUP_M, 2), 0)
-    (args,) = calls
-    assert args[4] == ctas and args[-1] == cga, args
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_operands_are_read_in_place_only_with_16_byte_aligned_strides(dtype: torch.dtype) -> None:
     """TMA needs every stride but the unit one, and the start, 16-byte aligned: other operands

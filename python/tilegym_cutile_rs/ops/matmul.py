@@ -72,8 +72,8 @@ def matmul_config(
 
 def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem) -> tuple[int, ...]:
     """A config fitted for `fitted` cut to `problem`'s extents. Clusters carry over only on the
-    persistent kernel (whose launch keeps its CTA count a multiple of the cluster) or to the
-    very problem they were measured on."""
+    persistent kernel (whose launch the library keeps to whole clusters) or to the very
+    problem they were measured on."""
     bm, bn, bk, occupancy, warps, group_m, cga = MatmulConfig(*config)
     _, _, m, n, k = problem
     if group_m == 0 and problem != fitted:
@@ -142,12 +142,8 @@ def _tf32(dtype: torch.dtype) -> bool:
 
 def _launch(c3: torch.Tensor, a3: torch.Tensor, b3: torch.Tensor, config: MatmulConfig, index: int) -> None:
     what = ("matmul", a3.dtype, tuple(a3.shape), tuple(b3.shape), "config", config)
-    batch, m, n = c3.shape
-    tiles = batch * -(-m // config.block_m) * -(-n // config.block_n)
-    ctas = min(_device.sm_count(index) * max(config.occupancy, 1), tiles)  # the persistent kernel's CTAs
-    if config.group_m > 0 and config.cga > 1:
-        # A cluster launch needs whole clusters: fewer CTAs than one cluster drop the cluster hint.
-        ctas, config = (ctas - ctas % config.cga, config) if ctas >= config.cga else (ctas, config._replace(cga=0))
+    # The persistent kernel's CTAs (the library keeps them within the tiles, in whole clusters).
+    ctas = _device.sm_count(index) * max(config.occupancy, 1)
     args = (*_op.tensor_descs(c3, a3, b3), int(_tf32(a3.dtype)), ctas, *config)
     _op.call("matmul", EXPORT, args, index, what)
 

@@ -89,10 +89,9 @@ pub fn matmul(
     if batch == 0 || m == 0 || n == 0 {
         return Ok(());
     }
-    // Persistent CTAs beyond the tile count would have nothing to do (cutile refuses them).
     let blocks = |extent: i32, block: i32| (i64::from(extent) + i64::from(block) - 1) / i64::from(block);
     let tile_count = i64::from(batch) * blocks(m, tiles.block_m) * blocks(n, tiles.block_n);
-    let tiles = Tiles { ctas: i64::from(tiles.ctas).min(tile_count) as i32, ..tiles };
+    let (tiles, hints) = persistent_launch(tiles, hints, tile_count);
     let kernel = match (tf32, tiles.group_m > 0) {
         (false, false) => "gemm",
         (true, false) => "gemm_tf32",
@@ -131,6 +130,21 @@ const KERNELS: KernelModule = KernelModule {
     ast: matmul_kernels::__module_ast_self,
     source_hash: matmul_kernels::_SOURCE_HASH,
 };
+
+/// The persistent kernel's CTA count and hints for `tile_count` output tiles: no more CTAs
+/// than tiles (the rest would have nothing to do; cutile refuses them), and with clusters,
+/// whole clusters only: a multiple of `cga`, or no cluster hint when fewer CTAs than one
+/// cluster remain.
+fn persistent_launch(tiles: Tiles, hints: Hints, tile_count: i64) -> (Tiles, Hints) {
+    let ctas = i64::from(tiles.ctas).min(tile_count) as i32;
+    if tiles.group_m == 0 || hints.cga <= 1 {
+        return (Tiles { ctas, ..tiles }, hints);
+    }
+    if ctas < hints.cga {
+        return (Tiles { ctas, ..tiles }, Hints { cga: 0, ..hints });
+    }
+    (Tiles { ctas: ctas - ctas % hints.cga, ..tiles }, hints)
+}
 
 /// The persistent kernels' map: group_m row blocks of one column, batch entries one by one.
 fn persistent_map(tiles: Tiles) -> [i32; 3] {
@@ -205,6 +219,23 @@ mod tests {
 
     fn view(dtype: DType, shape: [i32; 3], strides: [i32; 3]) -> CheckedTensor {
         CheckedTensor { ptr: 0x1000, dtype, shape: shape.to_vec(), strides: strides.to_vec() }
+    }
+
+    #[test]
+    fn a_persistent_cluster_launch_takes_whole_clusters() {
+        let tiles = |ctas, group_m| Tiles { block_m: 128, block_n: 256, block_k: 64, group_m, ctas };
+        let clusters = Hints::checked(0, 0).unwrap().with_cga(2).unwrap();
+        let launch = |ctas, group_m, tile_count| {
+            let (t, h) = persistent_launch(tiles(ctas, group_m), clusters, tile_count);
+            (t.ctas, h.cga)
+        };
+        assert_eq!(launch(132, 8, 512), (132, 2)); // a full GPU of CTAs
+        assert_eq!(launch(132, 8, 55), (54, 2)); // fewer tiles than SMs: whole clusters of them
+        assert_eq!(launch(132, 8, 3), (2, 2));
+        assert_eq!(launch(132, 8, 1), (1, 0)); // less than one cluster: no cluster hint
+        assert_eq!(launch(132, 0, 55), (55, 2)); // one CTA per tile: the grid is the tiles'
+        let plain = persistent_launch(tiles(132, 8), Hints::checked(0, 0).unwrap(), 55);
+        assert_eq!((plain.0.ctas, plain.1.cga), (55, 0));
     }
 
     #[test]
