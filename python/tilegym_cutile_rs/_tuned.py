@@ -106,7 +106,7 @@ class Tuning:
     problems: Sequence[Problem]
     candidates: Callable[[Problem], Sequence[tuple[int, ...]]]
     rule: Callable[[Problem], tuple[int, ...]]
-    bench: Callable[[Problem, Any], Callable[[tuple[int, ...]], Callable[[], object]]]
+    bench: Callable[[Problem, Any], Callable[[tuple[int, ...]], CheckedCall]]
     nbytes: Callable[[Problem], int]
     adapt: Callable[[tuple[int, ...], Problem, Problem], tuple[int, ...] | None] = lambda config, problem, fitted: config
     flops: Callable[[Problem], int] | None = None

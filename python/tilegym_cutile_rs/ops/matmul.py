@@ -81,9 +81,12 @@ def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Prob
     return MatmulConfig(_fit(bm, m), _fit(bn, n), _fit(bk, k), occupancy, warps, group_m, cga)
 
 
-def matmul_candidates(m: int, n: int, k: int, dtype: torch.dtype, arch: str = "sm_90") -> list[MatmulConfig]:
-    """The autotuner's search space: tile shapes (cut to the problem), occupancy, worker warps."""
-    configs = {matmul_rule(m, n, k, dtype, arch), matmul_config(m, n, k, dtype, arch)}
+def matmul_candidates(
+    m: int, n: int, k: int, dtype: torch.dtype, arch: str = "sm_90", device: int | None = None, batch: int = 1
+) -> list[MatmulConfig]:
+    """The autotuner's search space: tile shapes (cut to the problem), occupancy, worker warps,
+    and the rule's and the fitted table's configs (`matmul_config`'s arguments)."""
+    configs = {matmul_rule(m, n, k, dtype, arch), matmul_config(m, n, k, dtype, arch, device, batch)}
     clusters = (0, 2) if int(arch.removeprefix("sm_")[:-1] or 0) >= 9 else (0,)  # clusters from Hopper on
     for bm in (64, 128):
         for bn in (64, 128, 256):
@@ -179,7 +182,7 @@ def _product(
             lambda: f"matmul|{_device.name(index)}|{a3.dtype}|tf32={_tf32(a3.dtype)}|{layout}"
             f"|m~{_op.next_pow2(m)}|n~{_op.next_pow2(n)}|k~{_op.next_pow2(k)}|b~{min(_op.next_pow2(batch), 1024)}",
             lambda: matmul_config(m, n, k, a3.dtype, arch, index, batch),
-            lambda: matmul_candidates(m, n, k, a3.dtype, arch),
+            lambda: matmul_candidates(m, n, k, a3.dtype, arch, index, batch),
             tuner,
             autotune,
         )
