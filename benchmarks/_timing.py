@@ -17,6 +17,14 @@ def flush_buffer() -> torch.Tensor:
     return torch.empty(256 << 20, dtype=torch.int8, device="cuda")
 
 
+def copy_call(nbytes: int) -> Callable[[], Any]:
+    """A device-to-device copy that reads and writes `nbytes` in all (`dst.copy_(src)`): the
+    bandwidth ceiling a memory-bound row is compared with, in the same run."""
+    src = torch.empty(nbytes // 2, dtype=torch.int8, device="cuda")
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
 def host_us_per_call(fns: dict[str, Callable[[], Any]], calls: int, warmup: int, rounds: int = 10) -> dict[str, float]:
     """Host us per call of each of fns: the best of `rounds` rounds of calls // rounds calls
     each, after `warmup` calls, the GPU drained around each round. The fns take turns round by

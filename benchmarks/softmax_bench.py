@@ -28,7 +28,7 @@ from collections.abc import Callable
 import tilegym_cutile_rs
 import torch
 from _peers import tilegym_cutile_softmax, triton_softmax
-from _timing import Rows, bench_timer, host_us_per_call
+from _timing import Rows, bench_timer, copy_call, host_us_per_call
 
 BRIEF_SHAPES = [(8192, 256), (8192, 1024), (8192, 4096), (2048, 32768)]
 TILEGYM_SHAPES = [(256, 256), (256, 2048), (256, 32768), (256, 9), (256, 1009)]
@@ -60,14 +60,13 @@ def throughput(rows: Rows, rounds: int) -> None:
     for m, n, dtype in rows:
         x = torch.randn(m, n, device="cuda", dtype=dtype)
         nbytes = 2 * x.numel() * x.element_size()
-        src = torch.empty(nbytes // 2, dtype=torch.int8, device="cuda")
-        dst = torch.empty_like(src)
+        copy = copy_call(nbytes)
         gbs = dict.fromkeys(["copy", *peers, "ours"], 0.0)
         # The columns take their rounds in turn and keep their best: the GPU's speed on
         # this machine drifts within a run (a peer's row moved 2x between runs when
         # each column was timed once), and a drift then hits every column alike.
         for _ in range(rounds):
-            ms = bench(lambda dst=dst, src=src: dst.copy_(src))
+            ms = bench(copy)
             gbs["copy"] = max(gbs["copy"], nbytes / (ms * 1e-3) / 1e9)
             for name, fn in [*peers.items(), ("ours", tilegym_cutile_rs.softmax)]:
                 ms = bench(lambda fn=fn, x=x: fn(x))
@@ -76,7 +75,7 @@ def throughput(rows: Rows, rounds: int) -> None:
         row = [f"{m} x {n}", str(dtype).replace("torch.", ""), f"{gbs['copy']:.0f}", *(f"{gbs[k]:.0f}" for k in peers),
                f"{gbs['ours']:.0f}", f"{gbs['ours'] / best:.2f}", f"{gbs['ours'] / gbs['copy']:.2f}"]
         print("| " + " | ".join(row) + " |", flush=True)
-        del x, src, dst
+        del x, copy
         torch.cuda.empty_cache()
     rows.report()
 

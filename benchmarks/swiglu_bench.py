@@ -30,7 +30,7 @@ from typing import Any
 import tilegym_cutile_rs
 import torch
 import torch.nn.functional as F
-from _timing import Rows, bench_timer, table_head
+from _timing import Rows, bench_timer, copy_call, table_head
 
 # LLM MLP widths (Llama-3 8B: 14336, Llama-2 7B: 11008) at prefill and decode, and
 # TileGym's silu_and_mul perf shapes (64 x 1024 tokens, hidden 512-8192).
@@ -118,9 +118,7 @@ def main() -> None:
             ref = (_eager if op == "swiglu" else _eager_packed)(*(t.float() for t in inputs))
         elements = (3 if direction == "forward" else 5) * m * h
         nbytes = elements * inputs[0].element_size()
-        src = torch.empty(nbytes // 2, dtype=torch.int8, device="cuda")
-        dst = torch.empty_like(src)
-        calls: dict[str, Callable[[], Any]] = {"copy": lambda dst=dst, src=src: dst.copy_(src)}
+        calls: dict[str, Callable[[], Any]] = {"copy": copy_call(nbytes)}
         wrong: set[str] = set()
         for name, fn in fns.items():
             try:
@@ -151,7 +149,7 @@ def main() -> None:
             f"{gbs.get('ours', 0.0) / best:.2f}x | {gbs.get('ours', 0.0) / gbs['copy']:.2f} |",
             flush=True,
         )
-        del inputs, dy, src, dst, calls, ref
+        del inputs, dy, calls, ref
         torch.cuda.empty_cache()
     rows.report()
 

@@ -11,6 +11,8 @@ import tilegym_cutile_rs as t
 import torch
 from tilegym_cutile_rs import _op
 
+from .test_torch_ops import TORCH_OPS, operator
+
 pytestmark = pytest.mark.gpu
 
 NS = torch.ops.tilegym_cutile_rs
@@ -20,15 +22,9 @@ def cuda(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     return torch.randn(*shape, device="cuda").to(dtype)
 
 
-# Every operator every op declares (its TorchOp.example on the GPU): a new op is checked
-# without an edit here.
-TORCH_OPS = [op for spec in _op.ops().values() for op in spec.torch_ops]
+# Every operator every op declares (tests/test_torch_ops.py's list, each run on its
+# TorchOp.example on the GPU): a new op is checked without an edit here.
 DEVICE = torch.device("cuda")
-
-
-def operator(op: _op.TorchOp) -> Any:
-    base, _, overload = op.name.partition(".")
-    return getattr(getattr(NS, base), overload or "default")
 
 
 @pytest.mark.parametrize("op", TORCH_OPS, ids=[op.name for op in TORCH_OPS])
