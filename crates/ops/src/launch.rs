@@ -8,12 +8,17 @@
 //! in the replay table (a hit goes straight to `cuLaunchKernel`, `crate::replay`);
 //! a miss hands the op a [`FirstLaunch`], whose [`FirstLaunch::run`] launches
 //! through cutile (`crate::warm_start`) and records the launch for the next time.
+//!
+//! An op describes each launch once, as a [`Launch`]: the kernel, its generics and
+//! hints, and its parameters in the kernel's order ([`Param`]). The replay key, the
+//! launch's values, the compile spec, the grid and the replay's argument list all
+//! come from that one list ([`enqueue_launch`]); the op writes the list a second time
+//! only in cutile's typed launcher, which it calls with the spec's generics and options.
 
-use crate::abi::{CheckedTensor, OpResult};
+use crate::abi::{CheckedTensor, IndexTensor, OpError, OpResult};
 use crate::replay::{self, Args, Value};
 use crate::shipped;
-use crate::spec::Hints;
-use crate::spec::KernelSpec;
+use crate::spec::{Hints, KernelModule, KernelSpec};
 use crate::{runtime, warm_start};
 use cuda_core::{Context, Stream};
 use cutile::cuda_async::error::DeviceError;
@@ -68,6 +73,169 @@ impl Key {
     }
 }
 
+/// One parameter of a kernel, as its [`Launch`] lists them (the kernel's order); the
+/// name is the kernel's own (cutile's spec names each parameter).
+#[derive(Clone, Debug)]
+pub enum Param<'a> {
+    /// A `&mut Tensor` the launcher binds by `partition(tile)`; the first one sets the grid.
+    Out(&'static str, &'a CheckedTensor, Vec<i32>),
+    /// A `&Tensor`.
+    In(&'static str, &'a CheckedTensor),
+    /// A `&Tensor<i32>` read from an index descriptor.
+    Index(&'static str, &'a IndexTensor),
+    /// An integer scalar: cutile specializes on its divisibility, so the key pins it.
+    Int(&'static str, i32),
+    /// A float scalar, passed afresh at each launch (the key leaves it out).
+    F32(&'static str, f32),
+}
+
+/// One launch of a kernel, written once by its op: everything the replay key, the
+/// launch's values, cutile's spec, the grid and the replay's arguments are derived from.
+#[derive(Clone)]
+pub struct Launch<'a> {
+    pub module: KernelModule,
+    pub kernel: &'static str,
+    /// The generic arguments in the kernel's order (element types, then tile constants).
+    pub generics: Vec<String>,
+    pub hints: Hints,
+    pub params: Vec<Param<'a>>,
+}
+
+impl Launch<'_> {
+    /// The replay key on `device`: kernel, hints, generics, then each parameter but the
+    /// float scalars (tensors by dtype, extents, strides and alignment; integers by value).
+    pub fn key(&self, device: i32) -> Key {
+        let mut h = DefaultHasher::new();
+        self.generics.hash(&mut h);
+        let key = Key::new(self.module.name, self.kernel, device).hints(self.hints).with(h.finish() as i64);
+        self.params.iter().fold(key, |key, param| match param {
+            Param::Out(_, t, tile) => tile.iter().fold(key.tensor(t), |key, &e| key.with(e)),
+            Param::In(_, t) => key.tensor(t),
+            Param::Index(_, t) => {
+                let key = key.with(t.shape.len() as i64);
+                let key = t.shape.iter().chain(&t.strides).fold(key, |key, &e| key.with(e));
+                key.with(DivHint::from_ptr(t.ptr).divisor)
+            }
+            Param::Int(_, v) => key.with(*v),
+            Param::F32(..) => key,
+        })
+    }
+
+    /// What changes from one launch of the key to the next: each tensor's pointer and
+    /// each float scalar, in parameter order (the replay's `values`).
+    pub fn values(&self) -> Vec<Value> {
+        self.params
+            .iter()
+            .filter_map(|param| match param {
+                Param::Out(_, t, _) | Param::In(_, t) => Some(Value::Ptr(t.ptr)),
+                Param::Index(_, t) => Some(Value::Ptr(t.ptr)),
+                Param::Int(..) => None,
+                Param::F32(_, v) => Some(Value::F32(*v)),
+            })
+            .collect()
+    }
+
+    /// What cutile specializes the launch on (crate::spec).
+    pub fn spec(&self) -> KernelSpec {
+        let spec = KernelSpec::new(self.module, self.kernel, self.generics.clone(), self.hints);
+        self.params.iter().fold(spec, |spec, param| match param {
+            Param::Out(name, t, _) | Param::In(name, t) => spec.tensor(name, t),
+            Param::Index(name, t) => spec.raw_tensor(name, t.ptr, &t.shape, &t.strides),
+            Param::Int(name, v) => spec.int(name, *v),
+            Param::F32(..) => spec,
+        })
+    }
+
+    /// The kernel's arguments as cutile pushes them, the values indexed as [`Self::values`].
+    pub fn args(&self) -> Args {
+        let mut live = 0..;
+        self.params.iter().fold(Args::default(), |args, param| match param {
+            Param::Out(_, t, tile) => args.partition(live.next().unwrap_or_default(), &t.shape, &t.strides, tile),
+            Param::In(_, t) => args.tensor(live.next().unwrap_or_default(), &t.shape, &t.strides),
+            Param::Index(_, t) => args.tensor(live.next().unwrap_or_default(), &t.shape, &t.strides),
+            Param::Int(_, v) => args.scalar(*v),
+            Param::F32(_, v) => args.live(live.next().unwrap_or_default(), *v),
+        })
+    }
+
+    /// The tile of output `name`, for the typed launcher's `partition`.
+    ///
+    /// # Panics
+    /// When the description has no such output of rank `N` (a defect of the op's launch).
+    pub fn tile<const N: usize>(&self, name: &str) -> [usize; N] {
+        let tile = self.params.iter().find_map(|p| match p {
+            Param::Out(n, _, tile) if *n == name => Some(tile),
+            _ => None,
+        });
+        let edges: Vec<usize> =
+            tile.unwrap_or_else(|| panic!("{}: no output {name}", self.kernel)).iter().map(|&e| e as usize).collect();
+        edges.try_into().unwrap_or_else(|_| panic!("{}: output {name} is not of rank {N}", self.kernel))
+    }
+
+    /// The integer scalar `name`, for the typed launcher.
+    ///
+    /// # Panics
+    /// When the description has no such parameter (a defect of the op's launch).
+    pub fn int(&self, name: &str) -> i32 {
+        let value = self.params.iter().find_map(|p| match p {
+            Param::Int(n, v) if *n == name => Some(*v),
+            _ => None,
+        });
+        value.unwrap_or_else(|| panic!("{}: no integer parameter {name}", self.kernel))
+    }
+
+    /// The float scalar `name`, for the typed launcher.
+    ///
+    /// # Panics
+    /// When the description has no such parameter (a defect of the op's launch).
+    pub fn float(&self, name: &str) -> f32 {
+        let value = self.params.iter().find_map(|p| match p {
+            Param::F32(n, v) if *n == name => Some(*v),
+            _ => None,
+        });
+        value.unwrap_or_else(|| panic!("{}: no float parameter {name}", self.kernel))
+    }
+
+    /// The grid cutile infers from the first output's partition: one CTA per tile,
+    /// tiles counted per axis (rounded up), axes beyond the tensor's rank 1.
+    pub fn grid(&self) -> OpResult<(u32, u32, u32)> {
+        let Some((t, tile)) =
+            self.params.iter().find_map(|p| if let Param::Out(_, t, tile) = p { Some((t, tile)) } else { None })
+        else {
+            return Err(OpError::invalid(format!(
+                "{}: a launch without an output partition needs its grid",
+                self.kernel
+            )));
+        };
+        let tiles = |axis: usize| match (t.shape.get(axis), tile.get(axis)) {
+            (Some(&extent), Some(&edge)) if extent > 0 && edge > 0 => Ok((extent as u32).div_ceil(edge as u32)),
+            (None, None) => Ok(1),
+            _ => Err(OpError::invalid(format!("{}: output {:?} does not take tiles {tile:?}", self.kernel, t.shape))),
+        };
+        if t.shape.len() != tile.len() || t.shape.len() > 3 {
+            return Err(OpError::invalid(format!(
+                "{}: output {:?} does not take tiles {tile:?}",
+                self.kernel, t.shape
+            )));
+        }
+        Ok((tiles(0)?, tiles(1)?, tiles(2)?))
+    }
+}
+
+/// Enqueues `launch` of `op` (its key, values and spec from the one description); a
+/// first launch goes to `first`, whose [`FirstLaunch::launch`] records it for replay
+/// with the description's grid and arguments.
+pub fn enqueue_launch(
+    op: &'static str,
+    launch: &Launch,
+    device: i32,
+    stream: u64,
+    first: impl FnOnce(&FirstLaunch) -> OpResult<()>,
+) -> OpResult<()> {
+    let described = || Ok(Some((launch.grid()?, launch.args())));
+    enqueue_with(op, launch.key(device), device, stream, &launch.values(), || launch.spec(), described, first)
+}
+
 /// Enqueues one launch of `op`'s kernel on the caller's `stream` of `device`, without
 /// waiting for it. `values` are the launch's data pointers and the scalars its key
 /// does not pin, indexed as the op's replay `Args` name them. A launch equal to one
@@ -85,6 +253,21 @@ pub fn enqueue(
     spec: impl FnOnce() -> KernelSpec,
     first: impl FnOnce(&FirstLaunch) -> OpResult<()>,
 ) -> OpResult<()> {
+    enqueue_with(op, key, device, stream, values, spec, || Ok(None), first)
+}
+
+/// [`enqueue`], with a described launch's grid and arguments made on a miss.
+#[allow(clippy::too_many_arguments)]
+fn enqueue_with(
+    op: &'static str,
+    key: Key,
+    device: i32,
+    stream: u64,
+    values: &[Value],
+    spec: impl FnOnce() -> KernelSpec,
+    described: impl FnOnce() -> OpResult<Option<((u32, u32, u32), Args)>>,
+    first: impl FnOnce(&FirstLaunch) -> OpResult<()>,
+) -> OpResult<()> {
     if shipped::describing() {
         shipped::describe(spec());
         return Ok(());
@@ -96,7 +279,7 @@ pub fn enqueue(
         return unsafe { replay.launch(stream, values) }.map_err(|e| runtime::launch_error(op, DeviceError::Driver(e)));
     }
     let stream = runtime::borrow_stream(&ctx, stream);
-    first(&FirstLaunch { ctx, stream, op, key, spec: spec() })
+    first(&FirstLaunch { ctx, stream, op, key, spec: spec(), replay: described()? })
 }
 
 /// A launch that was not recorded yet, for the op to make through cutile.
@@ -108,6 +291,8 @@ pub struct FirstLaunch {
     op: &'static str,
     key: Key,
     spec: KernelSpec,
+    /// A described launch's grid and arguments ([`enqueue_launch`]).
+    replay: Option<((u32, u32, u32), Args)>,
 }
 
 impl FirstLaunch {
@@ -151,6 +336,79 @@ impl FirstLaunch {
         }
         Ok(())
     }
+
+    /// [`Self::run`] for a described launch ([`enqueue_launch`]): its grid and arguments
+    /// come from the description.
+    pub fn launch(
+        &self,
+        resolve: impl FnOnce(&Arc<Stream>) -> Result<TileFunctionKey, DeviceError>,
+        run: impl FnOnce() -> Result<(), DeviceError>,
+    ) -> OpResult<()> {
+        self.run(resolve, run, || Ok(self.replay.clone()))
+    }
+}
+
+/// What tests check each description against: the kernel's own signature.
+#[cfg(test)]
+pub(crate) mod signature {
+    use super::{Launch, Param};
+
+    /// The kind of each parameter of `launch`'s kernel, by name in order, read from its
+    /// module's AST as cutile parses it: "out" (`&mut Tensor` or a mapped partition),
+    /// "in" (`&Tensor`), or the scalar's type.
+    fn kernel_params(launch: &Launch) -> Vec<(String, String)> {
+        let module = (launch.module.ast)();
+        let items = &module.ast().content.as_ref().expect("a kernel module has a body").1;
+        let function = items
+            .iter()
+            .find_map(|item| match item {
+                syn::Item::Fn(f) if f.sig.ident == launch.kernel => Some(f),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no kernel {} in {}", launch.kernel, launch.module.name));
+        let kind = |ty: &syn::Type| match ty {
+            syn::Type::Reference(r) if r.mutability.is_some() => "out".to_string(),
+            syn::Type::Reference(_) => "in".to_string(),
+            syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default(),
+            _ => String::new(),
+        };
+        function
+            .sig
+            .inputs
+            .iter()
+            .map(|input| match input {
+                syn::FnArg::Typed(t) => match &*t.pat {
+                    syn::Pat::Ident(i) => (i.ident.to_string(), kind(&t.ty)),
+                    _ => panic!("{}: a parameter that is not a name", launch.kernel),
+                },
+                syn::FnArg::Receiver(_) => panic!("{}: a method", launch.kernel),
+            })
+            .collect()
+    }
+
+    /// Panics unless `launch` lists its kernel's parameters: the same names, in order,
+    /// each of its kind (an output, an input tensor, an i32 or an f32).
+    pub(crate) fn assert_matches_kernel(launch: &Launch) {
+        let described: Vec<(String, String)> = launch
+            .params
+            .iter()
+            .map(|p| {
+                let (name, kind) = match p {
+                    Param::Out(n, ..) => (n, "out"),
+                    Param::In(n, _) | Param::Index(n, _) => (n, "in"),
+                    Param::Int(n, _) => (n, "i32"),
+                    Param::F32(n, _) => (n, "f32"),
+                };
+                (name.to_string(), kind.to_string())
+            })
+            .collect();
+        assert_eq!(
+            described,
+            kernel_params(launch),
+            "{}: the description against the kernel's signature",
+            launch.kernel
+        );
+    }
 }
 
 #[cfg(test)]
@@ -171,5 +429,59 @@ mod tests {
         assert_ne!(base, key("a", 1, 0x1000, 8));
         assert_ne!(base, key("a", 0, 0x1002, 8)); // alignment class
         assert_ne!(base, key("a", 0, 0x1000, 16));
+    }
+
+    fn module() -> KernelModule {
+        fn ast() -> cutile::cutile_compiler::ast::Module {
+            unreachable!("a description's key, values, spec and args never build the module")
+        }
+        KernelModule { name: "m_kernels", ast, source_hash: "0" }
+    }
+
+    #[test]
+    fn one_description_gives_the_key_values_arguments_and_grid() {
+        let out =
+            CheckedTensor { ptr: 0x1000, dtype: DType::BF16, shape: vec![2, 5, 512], strides: vec![2560, 512, 1] };
+        let q = CheckedTensor { ptr: 0x2000, ..out.clone() };
+        let start = IndexTensor { ptr: 0x3000, shape: vec![1], strides: vec![1] };
+        fn launch<'a>(
+            out: &'a CheckedTensor,
+            start: &'a IndexTensor,
+            window: i32,
+            scale: f32,
+            q: &'a CheckedTensor,
+        ) -> Launch<'a> {
+            let params = vec![
+                Param::Out("out", out, vec![1, 4, 256]),
+                Param::In("q", q),
+                Param::Index("start_q", start),
+                Param::F32("scale", scale),
+                Param::Int("window", window),
+            ];
+            let hints = Hints::checked(0, 0).unwrap();
+            Launch { module: module(), kernel: "k", generics: vec!["bf16".into(), "4".into()], hints, params }
+        }
+        let launch = |window, scale, q| launch(&out, &start, window, scale, q);
+        let base = launch(128, 0.5, &q);
+        assert_eq!(base.values(), [Value::Ptr(0x1000), Value::Ptr(0x2000), Value::Ptr(0x3000), Value::F32(0.5)]);
+        let want = Args::default()
+            .partition(0, &out.shape, &out.strides, &[1, 4, 256])
+            .tensor(1, &q.shape, &q.strides)
+            .tensor(2, &[1], &[1])
+            .live(3, 0f32)
+            .scalar(128);
+        assert_eq!(format!("{:?}", base.args()), format!("{want:?}"));
+        assert_eq!(base.grid().unwrap(), (2, 2, 2));
+        assert_eq!((base.tile::<3>("out"), base.int("window"), base.float("scale")), ([1, 4, 256], 128, 0.5));
+        // The key pins integers, extents and alignment, not float scalars or a pointer's value.
+        let (moved, misaligned) =
+            (CheckedTensor { ptr: 0x4000, ..q.clone() }, CheckedTensor { ptr: 0x2002, ..q.clone() });
+        assert_eq!(base.key(0).0, launch(128, 0.25, &moved).key(0).0);
+        assert_ne!(base.key(0).0, launch(64, 0.5, &q).key(0).0);
+        assert_ne!(base.key(0).0, launch(128, 0.5, &misaligned).key(0).0);
+        assert_ne!(base.key(0).0, Launch { generics: vec!["f16".into(), "4".into()], ..base.clone() }.key(0).0);
+        let spec = base.spec();
+        let names: Vec<&str> = spec.spec_args.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!((names, spec.scalar_hints.len()), (vec!["out", "q", "start_q"], 1));
     }
 }

@@ -4,13 +4,10 @@
 
 use super::kernel::attention_sink_kernels;
 use crate::abi::{CheckedTensor, DType, IndexTensor, OpError, OpResult};
-use crate::launch::{self, FirstLaunch, Key};
-use crate::replay::{Args, Value};
-use crate::spec::{check_block, Hints, KernelModule, KernelSpec};
-use cutile::cutile_compiler::specialization::DivHint;
+use crate::launch::{self, FirstLaunch, Launch, Param};
+use crate::spec::{check_block, Hints, KernelModule};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
-use cutile::tensor::KernelOutputStored;
 
 /// The tensors of one call, as the C export read them.
 pub struct Views {
@@ -151,46 +148,19 @@ fn check(views: &Views, config: Config, window: i32, scale: f32) -> OpResult<(Di
     Ok((dims, Hints::checked(config.occupancy, config.warps)?))
 }
 
-/// Adds an int32 index tensor to a replay key, as `Key::tensor` does a float one.
-fn with_index(key: Key, t: &IndexTensor) -> Key {
-    key.with(t.shape[0]).with(t.strides[0]).with(DivHint::from_ptr(t.ptr).divisor)
-}
-
 pub fn attention_sink(views: &Views, scale: f32, window: i32, config: Config, device: i32, stream: u64) -> OpResult<()> {
     let (dims, hints) = check(views, config, window, scale)?;
     if dims.batch == 0 || dims.s_q == 0 {
         return Ok(());
     }
-    let Views { out, q, k, v, sinks, start_q, partials } = views;
-    let tiles = [config.block_q, config.heads_per_tile, config.head_dim, config.block_n, config.group];
-    let base = |kernel| {
-        let key = Key::new(KERNELS.name, kernel, device).with(window).hints(hints).tensor(q).tensor(k).tensor(v).tensor(sinks);
-        with_index(tiles.iter().fold(key, |key, &t| key.with(t)), start_q)
-    };
-    let inputs = [Value::Ptr(q.ptr), Value::Ptr(k.ptr), Value::Ptr(v.ptr), Value::Ptr(sinks.ptr), Value::Ptr(start_q.ptr)];
-    let launch = Launch { views, tiles, hints, window, scale, splits: config.splits };
-    match partials {
-        None => {
-            let key = base("attention_sink").tensor(out);
-            let values = [&[Value::Ptr(out.ptr)][..], &inputs, &[Value::F32(scale)]].concat();
-            launch::enqueue("attention_sink", key, device, stream, &values, || spec(&launch, Stage::OnePass), |first| {
-                dispatch(q.dtype, sinks.dtype, first, &launch, Stage::OnePass)
-            })
-        }
-        Some((acc, ml)) => {
-            let key = base("attention_sink_split").with(config.splits).tensor(acc).tensor(ml);
-            let values = [&[Value::Ptr(acc.ptr), Value::Ptr(ml.ptr)][..], &inputs, &[Value::F32(scale)]].concat();
-            launch::enqueue("attention_sink", key, device, stream, &values, || spec(&launch, Stage::Split), |first| {
-                dispatch(q.dtype, sinks.dtype, first, &launch, Stage::Split)
-            })?;
-            let key = Key::new(KERNELS.name, "attention_sink_combine", device).with(config.splits).hints(hints).tensor(out).tensor(acc).tensor(ml).tensor(sinks);
-            let key = tiles.iter().fold(key, |key, &t| key.with(t));
-            let values = [Value::Ptr(out.ptr), Value::Ptr(acc.ptr), Value::Ptr(ml.ptr), Value::Ptr(sinks.ptr)];
-            launch::enqueue("attention_sink", key, device, stream, &values, || spec(&launch, Stage::Combine), |first| {
-                dispatch(q.dtype, sinks.dtype, first, &launch, Stage::Combine)
-            })
-        }
+    let stages: &[Stage] = if views.partials.is_some() { &[Stage::Split, Stage::Combine] } else { &[Stage::OnePass] };
+    for &stage in stages {
+        let launch = describe(views, config, hints, scale, window, stage);
+        launch::enqueue_launch("attention_sink", &launch, device, stream, |first| {
+            dispatch(views.q.dtype, views.sinks.dtype, first, &launch, views, stage)
+        })?;
     }
+    Ok(())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -200,75 +170,56 @@ enum Stage {
     Combine,
 }
 
-/// What a first launch needs besides its element types.
-struct Launch<'a> {
-    views: &'a Views,
-    /// block_q, heads_per_tile, head_dim, block_n, group.
-    tiles: [i32; 5],
-    hints: Hints,
-    window: i32,
-    scale: f32,
-    splits: i32,
-}
-
 const KERNELS: KernelModule = KernelModule {
     name: "attention_sink_kernels",
     ast: attention_sink_kernels::__module_ast_self,
     source_hash: attention_sink_kernels::_SOURCE_HASH,
 };
 
-/// One stage's launch as cutile specializes it: kernel, generics, hints, then the
-/// kernel's parameters in order.
-fn spec(launch: &Launch, stage: Stage) -> KernelSpec {
-    let Views { out, q, k, v, sinks, start_q, partials } = launch.views;
-    let [bq, gt, d, bn, group] = launch.tiles;
+/// One stage's launch: its kernel, generics and parameters in the kernel's order.
+fn describe<'a>(views: &'a Views, config: Config, hints: Hints, scale: f32, window: i32, stage: Stage) -> Launch<'a> {
+    let Views { out, q, k, v, sinks, start_q, partials } = views;
+    let Config { group, head_dim: d, block_q: bq, heads_per_tile: gt, block_n: bn, splits, .. } = config;
     let (bm, gd) = (bq * gt, gt * d);
-    let generics = |kernel_tiles: &[i32]| {
-        let types = [q.dtype.jit_name().to_string(), sinks.dtype.jit_name().to_string()];
-        types.into_iter().chain(kernel_tiles.iter().map(|t| t.to_string())).collect::<Vec<_>>()
-    };
-    let inputs = |spec: KernelSpec| {
-        spec.tensor("q", q)
-            .tensor("k", k)
-            .tensor("v", v)
-            .tensor("sinks", sinks)
-            .raw_tensor("start_q", start_q.ptr, &start_q.shape, &start_q.strides)
-            .int("window", launch.window)
-    };
-    let new = |kernel, tiles: &[i32]| KernelSpec::new(KERNELS, kernel, generics(tiles), launch.hints);
-    match (stage, partials) {
-        (Stage::OnePass, _) | (_, None) => inputs(new("attention_sink", &[bq, gt, bm, d, gd, bn, group]).tensor("out", out)),
+    let types = [q.dtype.jit_name().to_string(), sinks.dtype.jit_name().to_string()];
+    let generics = |tiles: &[i32]| types.iter().cloned().chain(tiles.iter().map(|t| t.to_string())).collect();
+    let inputs = || [Param::In("q", q), Param::In("k", k), Param::In("v", v), Param::In("sinks", sinks), Param::Index("start_q", start_q)];
+    let out_tile = vec![1, bq, gd];
+    let (kernel, generics, params) = match (stage, partials) {
         (Stage::Split, Some((acc, ml))) => {
-            let spec = new("attention_sink_split", &[bq, gt, bm, d, gd, 2 * gt, bn, group]).tensor("acc_out", acc).tensor("ml_out", ml);
-            inputs(spec).int("splits", launch.splits)
+            let outs = [Param::Out("acc_out", acc, out_tile), Param::Out("ml_out", ml, vec![1, bq, 2 * gt])];
+            let scalars = [Param::F32("scale", scale), Param::Int("window", window), Param::Int("splits", splits)];
+            ("attention_sink_split", generics(&[bq, gt, bm, d, gd, 2 * gt, bn, group]), [&outs[..], &inputs(), &scalars].concat())
         }
-        (Stage::Combine, Some((acc, ml))) => new("attention_sink_combine", &[bq, gt, bm, d, gd])
-            .tensor("out", out)
-            .tensor("acc_in", acc)
-            .tensor("ml_in", ml)
-            .tensor("sinks", sinks)
-            .int("splits", launch.splits),
-    }
+        (Stage::Combine, Some((acc, ml))) => {
+            let params = vec![Param::Out("out", out, out_tile), Param::In("acc_in", acc), Param::In("ml_in", ml), Param::In("sinks", sinks), Param::Int("splits", splits)];
+            ("attention_sink_combine", generics(&[bq, gt, bm, d, gd]), params)
+        }
+        _ => {
+            let params = [&[Param::Out("out", out, out_tile)][..], &inputs(), &[Param::F32("scale", scale), Param::Int("window", window)]].concat();
+            ("attention_sink", generics(&[bq, gt, bm, d, gd, bn, group]), params)
+        }
+    };
+    Launch { module: KERNELS, kernel, generics, hints, params }
 }
 
-fn dispatch(e: DType, s: DType, first: &FirstLaunch, launch: &Launch, stage: Stage) -> OpResult<()> {
+fn dispatch(e: DType, s: DType, first: &FirstLaunch, launch: &Launch, views: &Views, stage: Stage) -> OpResult<()> {
     match (e, s) {
-        (DType::F16, DType::F32) => launch_first::<f16, f32>(first, launch, stage),
-        (DType::F16, DType::F16) => launch_first::<f16, f16>(first, launch, stage),
-        (DType::F16, DType::BF16) => launch_first::<f16, bf16>(first, launch, stage),
-        (DType::BF16, DType::F32) => launch_first::<bf16, f32>(first, launch, stage),
-        (DType::BF16, DType::F16) => launch_first::<bf16, f16>(first, launch, stage),
-        (DType::BF16, DType::BF16) => launch_first::<bf16, bf16>(first, launch, stage),
+        (DType::F16, DType::F32) => launch_first::<f16, f32>(first, launch, views, stage),
+        (DType::F16, DType::F16) => launch_first::<f16, f16>(first, launch, views, stage),
+        (DType::F16, DType::BF16) => launch_first::<f16, bf16>(first, launch, views, stage),
+        (DType::BF16, DType::F32) => launch_first::<bf16, f32>(first, launch, views, stage),
+        (DType::BF16, DType::F16) => launch_first::<bf16, f16>(first, launch, views, stage),
+        (DType::BF16, DType::BF16) => launch_first::<bf16, bf16>(first, launch, views, stage),
         (DType::F32, _) => Err(OpError::invalid("attention_sink takes float16 or bfloat16 q, k and v")),
     }
 }
 
-/// cutile's launch of one stage for q/k/v of type `E` and sinks of type `S`.
-fn launch_first<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch: &Launch, stage: Stage) -> OpResult<()> {
-    let Views { out, q, k, v, sinks, start_q, partials } = launch.views;
-    let [bq, gt, d, _, _] = launch.tiles;
-    let gd = gt * d;
-    let (window, scale, splits) = (launch.window, launch.scale, launch.splits);
+/// cutile's typed launch of one stage for q/k/v of type `E` and sinks of type `S`: the
+/// description's parameters (`describe`) in its order, with its generics and options.
+fn launch_first<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch: &Launch, views: &Views, stage: Stage) -> OpResult<()> {
+    let Views { out, q, k, v, sinks, start_q, partials } = views;
+    let spec = first.spec();
     // SAFETY: torch owns every allocation and keeps it alive while the work it ordered on
     // the stream runs; out and the partials are outputs nobody else writes meanwhile.
     let t = |t: &CheckedTensor| unsafe { first.borrow::<E>(t) };
@@ -277,19 +228,17 @@ fn launch_first<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch:
     let start_t = || unsafe {
         cutile::tensor::Tensor::<i32>::borrow_raw_parts(start_q.ptr, first.ctx.clone(), start_q.shape.clone(), start_q.strides.clone())
     };
-    let out_tile = [1, bq, gd];
-    let ml_tile = [1, bq, 2 * gt];
-    let part = |tile: [i32; 3]| tile.map(|x| x as usize);
-    let (generics, options) = (|| first.spec().generics(), || first.spec().options());
+    let tile = |name| launch.tile::<3>(name);
+    let (scale, window, splits) = (|| launch.float("scale"), || launch.int("window"), || launch.int("splits"));
     // The launcher of this stage, handed to `$finish` as `$l` (their types differ).
     macro_rules! with_launcher {
         (|$l:ident| $finish:expr) => {{
             match stage {
                 Stage::OnePass => {
                     let (mut ot, qt, kt, vt, st, sq) = (t(out), t(q), t(k), t(v), sinks_t(), start_t());
-                    let $l = attention_sink_kernels::attention_sink((&mut ot).partition(part(out_tile)), &qt, &kt, &vt, &st, &sq, scale, window)
-                        .generics(generics())
-                        .compile_options(options());
+                    let $l = attention_sink_kernels::attention_sink((&mut ot).partition(tile("out")), &qt, &kt, &vt, &st, &sq, scale(), window())
+                        .generics(spec.generics())
+                        .compile_options(spec.options());
                     $finish
                 }
                 Stage::Split => {
@@ -297,67 +246,29 @@ fn launch_first<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch:
                     let (mut at, mut mt) = (f(acc), f(ml));
                     let (qt, kt, vt, st, sq) = (t(q), t(k), t(v), sinks_t(), start_t());
                     let $l = attention_sink_kernels::attention_sink_split(
-                        (&mut at).partition(part(out_tile)),
-                        (&mut mt).partition(part(ml_tile)),
-                        &qt, &kt, &vt, &st, &sq, scale, window, splits,
+                        (&mut at).partition(tile("acc_out")),
+                        (&mut mt).partition(tile("ml_out")),
+                        &qt, &kt, &vt, &st, &sq, scale(), window(), splits(),
                     )
-                    .generics(generics())
-                    .compile_options(options());
+                    .generics(spec.generics())
+                    .compile_options(spec.options());
                     $finish
                 }
                 Stage::Combine => {
                     let (acc, ml) = partials.as_ref().expect("checked: splits > 1 has partials");
                     let (mut ot, at, mt, st) = (t(out), f(acc), f(ml), sinks_t());
-                    let $l = attention_sink_kernels::attention_sink_combine((&mut ot).partition(part(out_tile)), &at, &mt, &st, splits)
-                        .generics(generics())
-                        .compile_options(options());
+                    let $l = attention_sink_kernels::attention_sink_combine((&mut ot).partition(tile("out")), &at, &mt, &st, splits())
+                        .generics(spec.generics())
+                        .compile_options(spec.options());
                     $finish
                 }
             }
         }};
     }
-    first.run(
+    first.launch(
         |s| with_launcher!(|l| l.specialize_on(s).map(|k| k.into_l1_cache_key())),
         // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
         || with_launcher!(|l| unsafe { l.async_on(&first.stream) }.map(|_| ())),
-        || {
-            let grid_of = |grid: Result<(u32, u32, u32), _>| grid.map_err(|e| OpError::invalid(format!("attention_sink launch grid: {e}")));
-            let inputs = |args: Args, first: usize| {
-                args.tensor(first, &q.shape, &q.strides)
-                    .tensor(first + 1, &k.shape, &k.strides)
-                    .tensor(first + 2, &v.shape, &v.strides)
-                    .tensor(first + 3, &sinks.shape, &sinks.strides)
-                    .tensor(first + 4, &start_q.shape, &start_q.strides)
-                    .live(first + 5, 0f32)
-                    .scalar(window)
-            };
-            Ok(Some(match stage {
-                Stage::OnePass => {
-                    let mut ot = t(out);
-                    let grid = grid_of(KernelOutputStored::<E>::grid(&(&mut ot).partition(part(out_tile))))?;
-                    (grid, inputs(Args::default().partition(0, &out.shape, &out.strides, &out_tile), 1))
-                }
-                Stage::Split => {
-                    let (acc, ml) = partials.as_ref().expect("checked: splits > 1 has partials");
-                    let mut at = f(acc);
-                    let grid = grid_of(KernelOutputStored::<f32>::grid(&(&mut at).partition(part(out_tile))))?;
-                    let args = Args::default().partition(0, &acc.shape, &acc.strides, &out_tile).partition(1, &ml.shape, &ml.strides, &ml_tile);
-                    (grid, inputs(args, 2).scalar(splits))
-                }
-                Stage::Combine => {
-                    let (acc, ml) = partials.as_ref().expect("checked: splits > 1 has partials");
-                    let mut ot = t(out);
-                    let grid = grid_of(KernelOutputStored::<E>::grid(&(&mut ot).partition(part(out_tile))))?;
-                    let args = Args::default()
-                        .partition(0, &out.shape, &out.strides, &out_tile)
-                        .tensor(1, &acc.shape, &acc.strides)
-                        .tensor(2, &ml.shape, &ml.strides)
-                        .tensor(3, &sinks.shape, &sinks.strides)
-                        .scalar(splits);
-                    (grid, args)
-                }
-            }))
-        },
     )
 }
 
@@ -429,6 +340,17 @@ mod tests {
         refused(&views(), Config { splits: 0, ..config() }, "splits = 0");
         assert!(check(&views(), config(), -1, 0.18).unwrap_err().message.contains("window = -1"));
         assert!(check(&views(), config(), 0, f32::NAN).unwrap_err().message.contains("finite"));
+    }
+
+    #[test]
+    fn each_stage_describes_its_kernels_parameters() {
+        let acc = CheckedTensor { ptr: 0x1000, dtype: DType::F32, shape: vec![6, 5, 512], strides: vec![2560, 512, 1] };
+        let ml = CheckedTensor { ptr: 0x1000, dtype: DType::F32, shape: vec![6, 5, 16], strides: vec![80, 16, 1] };
+        let split = Views { partials: Some((acc, ml)), ..views() };
+        let hints = Hints::checked(0, 0).unwrap();
+        for stage in [Stage::OnePass, Stage::Split, Stage::Combine] {
+            crate::launch::signature::assert_matches_kernel(&describe(&split, config(), hints, 0.18, 0, stage));
+        }
     }
 
     #[test]
