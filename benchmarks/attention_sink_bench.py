@@ -36,7 +36,7 @@ from typing import Any
 import tilegym_cutile_rs
 import torch
 from _timing import Rows, bench_timer
-from tilegym_cutile_rs.ops.attention_sink import reference
+from tilegym_cutile_rs.ops.attention_sink import reference, visible_pairs
 
 # (B, S_q, S_kv, H_kv, G, D, window), as TileGym's test_perf lists them.
 SHAPES = [
@@ -53,17 +53,6 @@ SHAPES = [
     (1, 1, 10919, 8, 8, 128, None),
     (1, 4096, 4096, 8, 8, 128, None),
 ]
-
-
-def visible_pairs(s_q: int, s_kv: int, window: int | None, start_q: int) -> int:
-    """Query-key pairs the masks leave: query i (position start_q + i) sees keys max(0, p - W + 1)..min(p, S_kv - 1)."""
-    total = 0
-    for i in range(s_q):
-        p = start_q + i
-        hi = min(p, s_kv - 1)
-        lo = max(0, p - window + 1) if window else 0
-        total += max(0, hi - lo + 1)
-    return total
 
 
 def tilegym_cutile(op: str = "attention_sink") -> Callable[..., torch.Tensor] | None:

@@ -15,9 +15,11 @@ BF16 = 2
 
 
 def call(lib, views, config=(4, 4, 64, 1), window=0, group=4, head_dim=64):  # type: ignore[no-untyped-def]
-    """The export on descriptors (B 2, S_q 5, S_kv 7, 2 KV heads of 4 query heads, D 64 unless views say otherwise)."""
+    """The export on descriptors (B 2, S_q 5, S_kv 7, 2 KV heads of 4 query heads, D 64 unless
+    views say otherwise); config fields past those given are 0 (occupancy, warps, latency)."""
     args = [views[name] for name in ("out", "q", "k", "v", "sinks", "start_q", "acc", "ml")]
-    status = lib.cutile_attention_sink(*args, 0.18, window, group, head_dim, *config, 0, 0, 0, 0)
+    config = (*config, *(0,) * (len(at.AttentionSinkConfig._fields) - len(config)))
+    status = lib.cutile_attention_sink(*args, 0.18, window, group, head_dim, *config, 0, 0)
     return status, _library.last_error()
 
 
@@ -52,6 +54,7 @@ def views(lib, **changes):  # type: ignore[no-untyped-def]
         ({}, (2, 4, 64, 1), "block_q * heads_per_tile = 8"),
         ({}, (4, 4, 64, 2), "acc: TensorDesc pointer is null"),
         ({}, (4, 4, 64, 0), "splits = 0"),
+        ({}, (4, 4, 64, 1, 0, 0, 11), "latency = 11"),
         ({"k": [2, 0, 128], "v": [2, 0, 128]}, None, "S_kv = 0"),
     ],
 )

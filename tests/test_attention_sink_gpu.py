@@ -82,7 +82,8 @@ def test_every_split_count_and_tile_agrees() -> None:
     torch.manual_seed(3)
     q, k, v, sinks = inputs(1, 3, 3000, 2, 8)
     ref = reference(q, k, v, sinks, 0.1, None, 2997)
-    for config in [(2, 8, 64, 1), (2, 8, 64, 7), (2, 8, 32, 40), (4, 4, 128, 3), (16, 1, 64, 2), (2, 8, 64, 200), (4, 8, 64, 5)]:
+    for config in [(2, 8, 64, 1), (2, 8, 64, 7), (2, 8, 32, 40), (4, 4, 128, 3), (16, 1, 64, 2), (2, 8, 64, 200), (4, 8, 64, 5),
+                   (2, 8, 64, 7, 0, 0, 4), (8, 8, 128, 1, 1, 8, 6)]:  # K/V loads with latency hints
         out = tilegym_cutile_rs.attention_sink(q, k, v, sinks, 0.1, None, 2997, config=AttentionSinkConfig(*config))
         torch.testing.assert_close(out, ref, **TOL, msg=lambda m, c=config: f"config {c}: {m}")
 

@@ -229,3 +229,29 @@ def test_a_config_that_writes_nothing_fails_its_check_after_a_good_one() -> None
     good.verify()
     with pytest.raises(AssertionError):
         silent.verify()
+
+
+def test_an_attention_fit_keeps_its_rows_and_takes_the_rules_splits_elsewhere(tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tilegym_cutile_rs.ops import attention_sink as at
+
+    tune = tune_module()
+    prefill = at._problem("bfloat16", 1, 4096, 4096, 8, 8, 128, 0)
+    fitted = at.AttentionSinkConfig(16, 8, 128, 1, 1, 8, 4)
+    short = at._problem("bfloat16", 1, 128, 4096, 8, 8, 128, 0)
+    fitted_short = at.AttentionSinkConfig(16, 8, 64, 3, 0, 8, 0)
+    tune.write_table(_tuned.path("attention_sink"), "attention_sink", "sm_90", H100, META,
+                     [entry(list(prefill), list(fitted)), entry(list(short), list(fitted_short))])
+    on_device(monkeypatch, "sm_90", H100, 132)
+    assert prefill == ("bfloat16", 1, 4096, 4096, 8, 8, 128, 8192)  # no window: one that sees every key
+    assert at.attention_sink_config(1, 4096, 4096, 8, 8, 128, 0, 132, "bfloat16", 0) == fitted
+    assert at.attention_sink_config(1, 128, 4096, 8, 8, 128, 0, 132, "bfloat16", 0) == fitted_short  # its own splits
+    # A longer prompt: the same tiles, the rule's split count for them (one: the grid is full).
+    assert at.attention_sink_config(1, 8192, 8192, 8, 8, 128, 0, 132, "bfloat16", 0) == fitted
+    # A group of 4 heads: 4 heads a tile, twice the positions, as many rows.
+    assert at.attention_sink_config(1, 4096, 4096, 16, 4, 128, 0, 132, "bfloat16", 0) == fitted._replace(block_q=32, heads_per_tile=4)
+    # A shorter cache of the short query: the rule's splits for the fitted tiles.
+    near = at.attention_sink_config(1, 128, 2048, 8, 8, 128, 0, 132, "bfloat16", 0)
+    assert near == fitted_short._replace(splits=at._splits(1, 128, 2048, 8, 8, 0, 16, 8, 64, 132))
+    # Without a fit of the dtype, the rule.
+    rule = at.attention_sink_rule(1, 4096, 4096, 8, 8, 128, 0, 132)
+    assert at.attention_sink_config(1, 4096, 4096, 8, 8, 128, 0, 132, "float16", 0) == rule

@@ -25,12 +25,27 @@ fn lower(kernel: &str, generics: &[&str], strides: &[(&str, Vec<i32>)]) {
 
 #[test]
 fn one_pass_kernel_lowers_for_both_dtypes_and_head_dims() {
-    // (dtype, sinks, BQ, GT, D, BN, GROUP): prefill tiles of 16 positions x 8 heads, and one head a tile.
-    for (e, s, bq, gt, d, bn, group) in
-        [("bf16", "bf16", 16, 8, 64, 64, 8), ("f16", "f32", 16, 8, 128, 64, 8), ("bf16", "f32", 64, 1, 64, 64, 6)]
-    {
+    // (dtype, sinks, BQ, GT, D, BN, GROUP, LAT): prefill tiles of 16 positions x 8 heads, and one
+    // head a tile; the K/V loads with tileiras' latency and with a hint.
+    for (e, s, bq, gt, d, bn, group, lat) in [
+        ("bf16", "bf16", 16, 8, 64, 64, 8, 0),
+        ("f16", "f32", 16, 8, 128, 64, 8, 0),
+        ("bf16", "f32", 64, 1, 64, 64, 6, 0),
+        ("bf16", "bf16", 16, 8, 128, 128, 8, 6),
+    ] {
         let (bm, gd) = ((bq * gt).to_string(), (gt * d).to_string());
-        let g = [e, s, &bq.to_string(), &gt.to_string(), &bm, &d.to_string(), &gd, &bn.to_string(), &group.to_string()];
+        let g = [
+            e,
+            s,
+            &bq.to_string(),
+            &gt.to_string(),
+            &bm,
+            &d.to_string(),
+            &gd,
+            &bn.to_string(),
+            &group.to_string(),
+            &lat.to_string(),
+        ];
         let mut st = strides(d, group).to_vec();
         st.push(("sinks", vec![1]));
         st.push(("start_q", vec![1]));
@@ -49,7 +64,7 @@ fn split_and_combine_kernels_lower() {
         st.push(("ml_out", vec![1 << 10, 128, 1]));
         st.push(("sinks", vec![1]));
         st.push(("start_q", vec![1]));
-        lower("attention_sink_split", &[e, e, &bq, &gt, &bm, &d_s, &gd, &g2, "64", &group.to_string()], &st);
+        lower("attention_sink_split", &[e, e, &bq, &gt, &bm, &d_s, &gd, &g2, "64", &group.to_string(), "3"], &st);
         let combine = [
             ("out", vec![1 << 20, 64 * d, 1]),
             ("acc_in", vec![1 << 20, 64 * d, 1]),

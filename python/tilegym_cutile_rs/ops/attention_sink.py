@@ -8,12 +8,12 @@ import math
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _device, _op
+from .. import _describe, _device, _op, _tuned
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["AttentionSinkConfig", "attention_sink", "attention_sink_candidates", "attention_sink_config"]
+__all__ = ["AttentionSinkConfig", "attention_sink", "attention_sink_candidates", "attention_sink_config", "attention_sink_rule"]
 
 EXPORT = "cutile_attention_sink"
 LOG2E = 1.4426950408889634
@@ -24,7 +24,9 @@ class AttentionSinkConfig(NamedTuple):
     `heads_per_tile` query heads of one KV head (a power of two dividing the group;
     block_q * heads_per_tile rows, 16 to 256) and walks the keys in `block_n` tiles;
     with `splits` > 1 the keys of each query block are shared among that many CTAs
-    and a second kernel combines them. `occupancy` and `warps` as for softmax."""
+    and a second kernel combines them. `occupancy` and `warps` as for softmax; `latency`
+    the K/V loads' latency hint for tileiras' pipelining, 1 (light DRAM traffic) to 10
+    (heavy), 0 leaving it to tileiras."""
 
     block_q: int
     heads_per_tile: int
@@ -32,11 +34,12 @@ class AttentionSinkConfig(NamedTuple):
     splits: int = 1
     occupancy: int = 0
     warps: int = 0
+    latency: int = 0
 
 
-# The heuristic's defaults, not yet fitted on a GPU (docs/benchmarks.md says what is
-# measured): ROWS rows per CTA, KEYS keys per tile, and split-KV when the grid would
-# leave SMs idle with at least MIN_TILES_PER_SPLIT key tiles for each split.
+# The rule a device without a fitted table takes (docs/benchmarks.md says what is measured):
+# ROWS rows per CTA, KEYS keys per tile, and split-KV when the grid would leave SMs idle
+# with at least MIN_TILES_PER_SPLIT key tiles for each split.
 ROWS = 128
 KEYS = 64
 MIN_TILES_PER_SPLIT = 4
@@ -59,35 +62,83 @@ def _key_tiles(s_q: int, s_kv: int, window: int, block_q: int, block_n: int) -> 
     return max(1, -(-span // block_n))
 
 
-def attention_sink_config(
+def _splits(batch: int, s_q: int, s_kv: int, kv_heads: int, group: int, window: int, block_q: int, gt: int,
+            block_n: int, sms: int) -> int:
+    """The rule's split count for a tiling: enough CTAs for two waves when the grid alone
+    would leave SMs idle, each split keeping MIN_TILES_PER_SPLIT key tiles."""
+    ctas = batch * -(-s_q // block_q) * kv_heads * (group // gt)
+    tiles = _key_tiles(s_q, s_kv, window, block_q, block_n)
+    if ctas < sms and tiles >= 2 * MIN_TILES_PER_SPLIT:
+        return min(-(-2 * sms // ctas), tiles // MIN_TILES_PER_SPLIT, 1024)
+    return 1
+
+
+def attention_sink_rule(
     batch: int, s_q: int, s_kv: int, kv_heads: int, group: int, head_dim: int, window: int, sms: int
 ) -> AttentionSinkConfig:
-    """The heuristic's config for a call (`window` 0: none) on a GPU of `sms` SMs."""
+    """The rule's config for a call (`window` 0: none) on a GPU of `sms` SMs, where no fitted table applies."""
     gt = _heads_per_tile(group)
     block_q = max(_min_rows(head_dim) // gt, min(ROWS // gt, _op.next_pow2(s_q)), 1)
-    ctas = batch * -(-s_q // block_q) * kv_heads * (group // gt)
-    tiles = _key_tiles(s_q, s_kv, window, block_q, KEYS)
-    splits = 1
-    if ctas < sms and tiles >= 2 * MIN_TILES_PER_SPLIT:
-        splits = min(-(-2 * sms // ctas), tiles // MIN_TILES_PER_SPLIT, 1024)
-    return AttentionSinkConfig(block_q, gt, KEYS, splits)
+    return AttentionSinkConfig(block_q, gt, KEYS, _splits(batch, s_q, s_kv, kv_heads, group, window, block_q, gt, KEYS, sms))
+
+
+def _problem(dtype: Any, batch: int, s_q: int, s_kv: int, kv_heads: int, group: int, head_dim: int, window: int) -> _tuned.Problem:
+    """A call as a tuning problem; no window counts as one of S_kv + S_q positions (every key visible)."""
+    return _tuned.problem(dtype, batch, s_q, s_kv, kv_heads, group, head_dim, window or s_kv + s_q)
+
+
+def attention_sink_config(
+    batch: int, s_q: int, s_kv: int, kv_heads: int, group: int, head_dim: int, window: int, sms: int,
+    dtype: Any = "bfloat16", device: int | None = None,
+) -> AttentionSinkConfig:
+    """The heuristic's config for a call (`window` 0: none) of `dtype` on CUDA device `device`
+    (default: the current one) of `sms` SMs: the nearest problem of its fitted table
+    (benchmarks/tune.py attention_sink, tuned/attention_sink.json) made fit for this call,
+    else `attention_sink_rule`."""
+    problem = _problem(dtype, batch, s_q, s_kv, kv_heads, group, head_dim, window)
+    return AttentionSinkConfig(*_tuned.fitted(
+        "attention_sink", problem, device,
+        lambda: attention_sink_rule(batch, s_q, s_kv, kv_heads, group, head_dim, window, sms),
+        lambda config, problem, fitted: _adapt(config, problem, fitted, sms),
+    ))
+
+
+def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem, sms: int) -> tuple[int, ...] | None:
+    """A fitted config for a nearby call: its rows per CTA regrouped for this group's heads per
+    tile, no more query positions than the call has, and the rule's splits for that tiling
+    (a split count fits only its own grid); None where the rows do not fit the head dim."""
+    if problem == fitted:
+        return config
+    _, batch, s_q, s_kv, kv_heads, group, d, window = problem
+    window = 0 if window >= s_kv + s_q else window
+    c = AttentionSinkConfig(*config)
+    gt = _heads_per_tile(group)
+    block_q = max(1, min((c.block_q * c.heads_per_tile) // gt, _op.next_pow2(s_q)), _min_rows(d) // gt)
+    if not _min_rows(d) <= block_q * gt <= 256:
+        return None
+    splits = _splits(batch, s_q, s_kv, kv_heads, group, window, block_q, gt, c.block_n, sms)
+    return c._replace(block_q=block_q, heads_per_tile=gt, splits=splits)
 
 
 def attention_sink_candidates(
-    batch: int, s_q: int, s_kv: int, kv_heads: int, group: int, head_dim: int, window: int, sms: int
+    batch: int, s_q: int, s_kv: int, kv_heads: int, group: int, head_dim: int, window: int, sms: int,
+    dtype: Any = "bfloat16", device: int | None = None,
 ) -> list[AttentionSinkConfig]:
-    """The autotuner's search space: rows per CTA, key tile, splits, occupancy."""
-    base = attention_sink_config(batch, s_q, s_kv, kv_heads, group, head_dim, window, sms)
+    """The autotuner's search space: the rule's and the fitted config, rows per CTA, key tile,
+    splits, occupancy, and the K/V loads with tileiras' latency or a hint of 4."""
+    base = attention_sink_rule(batch, s_q, s_kv, kv_heads, group, head_dim, window, sms)
+    fitted = attention_sink_config(batch, s_q, s_kv, kv_heads, group, head_dim, window, sms, dtype, device)
     gt = base.heads_per_tile
-    configs = {base}
+    configs = {base, fitted}
     for rows in (16, 32, 64, 128):
         block_q = max(1, rows // gt)
-        if block_q * gt < _min_rows(head_dim) or block_q > max(1, _op.next_pow2(s_q)) * 2:
+        if block_q * gt < _min_rows(head_dim) or block_q > max(_op.next_pow2(s_q) * 2, _min_rows(head_dim) // gt):
             continue
         for block_n in (32, 64, 128):
             for splits in sorted({1, base.splits, max(1, base.splits // 2), base.splits * 2}):
                 for occupancy in (0, 2):
-                    configs.add(AttentionSinkConfig(block_q, gt, block_n, min(splits, 1024), occupancy))
+                    configs.update(AttentionSinkConfig(block_q, gt, block_n, min(splits, 1024), occupancy, 0, latency)
+                                   for latency in (0, 4))
     return sorted(configs)
 
 
@@ -238,8 +289,8 @@ def _choose(
         problem,
         lambda: f"attention_sink|{_device.name(index)}|{q3.dtype}|d={d}|g={group}|w={window}|b*hkv~{_op.next_pow2(b * h_kv)}"
         f"|sq~{_op.next_pow2(s_q)}|skv~{_op.next_pow2(s_kv)}",
-        lambda: attention_sink_config(b, s_q, s_kv, h_kv, group, d, window, sms),
-        lambda: attention_sink_candidates(b, s_q, s_kv, h_kv, group, d, window, sms),
+        lambda: attention_sink_config(b, s_q, s_kv, h_kv, group, d, window, sms, q3.dtype, index),
+        lambda: attention_sink_candidates(b, s_q, s_kv, h_kv, group, d, window, sms, q3.dtype, index),
         tuner,
         autotune,
     )
@@ -385,7 +436,7 @@ def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, au
     with torch.no_grad():
         attention_sink(q, k, v, sinks, 1 / math.sqrt(d), None, start, autotune=autotune)
     index = _op.device_index(q)
-    return attention_sink_config(b, s_q, s_kv, h_kv, group, d, 0, _device.sm_count(index))
+    return attention_sink_config(b, s_q, s_kv, h_kv, group, d, 0, _device.sm_count(index), dtype, index)
 
 
 def reference(
@@ -510,7 +561,106 @@ def _shipped(device: torch.device) -> None:
     attention_sink(q, k, torch.empty_like(k), torch.empty(8, device=device), 0.125, 16, 7)
 
 
+def visible_pairs(s_q: int, s_kv: int, window: int | None, start_q: int) -> int:
+    """Query-key pairs the masks leave: query i (position start_q + i) sees keys max(0, p - W + 1)..min(p, S_kv - 1)."""
+    total = 0
+    for i in range(s_q):
+        p = start_q + i
+        hi = min(p, s_kv - 1)
+        lo = max(0, p - window + 1) if window else 0
+        total += max(0, hi - lo + 1)
+    return total
+
+
+# benchmarks/tune.py attention_sink: benchmarks/attention_sink_bench.py's rows, (dtype, B, S_q,
+# S_kv, H_kv, G, D, window or S_kv + S_q), each query block ending at the cache's end
+# (start_q = S_kv - S_q), as the bench and TileGym's tests call it.
+TUNING_SHAPES = [
+    (1, 128, 2048, 8, 8, 64, 0), (1, 128, 4096, 8, 8, 64, 0), (1, 128, 2048, 8, 8, 64, 128), (1, 128, 4096, 8, 8, 64, 128),
+    (1, 10820, 10820, 8, 8, 64, 0), (1, 10820, 10820, 8, 8, 64, 128), (1, 1, 10919, 8, 8, 64, 0),
+    (1, 128, 2048, 8, 8, 128, 0), (1, 128, 4096, 8, 8, 128, 0), (2, 128, 2048, 8, 8, 128, 0), (1, 1, 10919, 8, 8, 128, 0),
+    (1, 4096, 4096, 8, 8, 128, 0),
+]
+
+
+def _unpack(problem: _tuned.Problem) -> tuple[Any, int, int, int, int, int, int, int]:
+    """(dtype, B, S_q, S_kv, H_kv, G, D, window) of a tuning problem (window 0: none)."""
+    dtype_name, b, s_q, s_kv, h_kv, group, d, window = problem
+    return _tuned.torch_dtype(dtype_name), b, s_q, s_kv, h_kv, group, d, 0 if window >= s_kv + s_q else window
+
+
+def _tuning_sms() -> int:
+    """SMs of the GPU being tuned (the current CUDA device); without one (listing candidates
+    on a CPU machine), an H100 SXM's."""
+    import torch
+
+    return _device.sm_count(torch.cuda.current_device()) if torch.cuda.is_available() else max(_describe.ARCHS["sm_90"])
+
+
+def _tuning_candidates(problem: _tuned.Problem) -> list[AttentionSinkConfig]:
+    """The rule's config; for 64 queries or more, 64 to 256 rows per CTA, key tiles of 64 and
+    128, one split or the rule's count for the tiling, occupancy 0 to 2, tileiras' warps or
+    8, the K/V loads with tileiras' latency or a hint of 4 (72 to 144 configs); for fewer
+    queries (decode), the autotuner's space."""
+    _, b, s_q, s_kv, h_kv, group, d, window = _unpack(problem)
+    sms = _tuning_sms()
+    rule = attention_sink_rule(b, s_q, s_kv, h_kv, group, d, window, sms)
+    if s_q < 64:
+        return attention_sink_candidates(b, s_q, s_kv, h_kv, group, d, window, sms, problem[0])
+    gt = rule.heads_per_tile
+    configs = {rule}
+    for rows in (64, 128, 256):
+        block_q = max(1, rows // gt)
+        if block_q * gt < _min_rows(d):
+            continue
+        for block_n in (64, 128):
+            splits = _splits(b, s_q, s_kv, h_kv, group, window, block_q, gt, block_n, sms)
+            configs.update(AttentionSinkConfig(block_q, gt, block_n, split, occupancy, warps, latency)
+                           for split in {1, splits} for occupancy in (0, 1, 2) for warps in (0, 8) for latency in (0, 4))
+    return sorted(configs)
+
+
+def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
+    """Random q, k, v and sinks, each config checked against the float32 reference at the
+    benchmark's bound (atol 5e-2)."""
+    import torch
+
+    dtype, b, s_q, s_kv, h_kv, group, d, window = _unpack(problem)
+    q = torch.randn(b, s_q, h_kv, group, d, device=device, dtype=dtype)
+    k, v = (torch.randn(b, s_kv, h_kv, d, device=device, dtype=dtype) for _ in range(2))
+    sinks = torch.randn(h_kv * group, device=device, dtype=dtype)
+    sm_scale, start_q = 1 / math.sqrt(d), s_kv - s_q
+    ref = reference(q, k, v, sinks, sm_scale, window or None, start_q).float()
+    out = torch.empty((b, s_q, h_kv * group * d), dtype=dtype, device=device)
+    q3, k3, v3 = q.view(b, s_q, -1), k.view(b, s_kv, -1), v.view(b, s_kv, -1)
+    start, index = _start_tensor(start_q, q.device), _op.device_index(q)
+    return _tuned.checked_runs(
+        lambda config: _launch(out, q3, k3, v3, sinks, start, sm_scale * LOG2E, window, group, d,
+                               AttentionSinkConfig(*config), index),
+        lambda: torch.testing.assert_close(out.float(), ref, rtol=0, atol=5e-2),
+        (out,),
+    )
+
+
+def _tuning_flops(problem: _tuned.Problem) -> int:
+    _, b, s_q, s_kv, h_kv, group, d, window = _unpack(problem)
+    return 4 * b * h_kv * group * d * visible_pairs(s_q, s_kv, window, s_kv - s_q)
+
+
+TUNINGS = [
+    _tuned.Tuning(
+        name="attention_sink",
+        problems=[_problem(dt, *shape) for dt in ("bfloat16", "float16") for shape in TUNING_SHAPES],
+        candidates=_tuning_candidates,
+        rule=lambda p: attention_sink_rule(*_unpack(p)[1:], _tuning_sms()),
+        bench=_tuning_bench,
+        nbytes=lambda p: p[1] * (2 * p[2] * p[5] + 2 * p[3]) * p[4] * p[6] * _tuned.torch_dtype(p[0]).itemsize,
+        adapt=lambda config, problem, fitted: _adapt(config, problem, fitted, _tuning_sms()),
+        flops=_tuning_flops,
+    )
+]
+
 OP = _op.OpSpec(
     "attention_sink", tilegym={"attention_sink": _tilegym_attention_sink}, warmup=_warmup, smoke=_smoke, shipped=_shipped,
-    torch_ops=TORCH_OPS,
+    torch_ops=TORCH_OPS, tunings=TUNINGS,
 )

@@ -15,9 +15,9 @@ use crate::abi::{ffi_guard, read_desc, read_index_desc, TensorDesc};
 /// `block_n` tiles. With several `splits` the keys are shared among that many CTAs,
 /// whose partials go to `acc` (`[splits*B, S_q, H*D]` float32) and `ml`
 /// (`[splits*B, S_q, 2H]` float32) before a second kernel combines them; with one
-/// split both may be null. `occupancy` and `warps` (0: tileiras' choice) are tileiras
-/// hints. Enqueued on `stream` (a CUstream on `device`) and not waited for. Returns a
-/// `CUTILE_*` status.
+/// split both may be null. `occupancy`, `warps` and `latency` (the K/V loads', 1 to
+/// 10; 0 for each: tileiras' choice) are tileiras hints. Enqueued on `stream` (a
+/// CUstream on `device`) and not waited for. Returns a `CUTILE_*` status.
 ///
 /// # Safety
 /// Each descriptor must be null or point to a readable `TensorDesc` whose pointer is a
@@ -43,6 +43,7 @@ pub unsafe extern "C" fn cutile_attention_sink(
     splits: i32,
     occupancy: i32,
     warps: i32,
+    latency: i32,
     device: i32,
     stream: u64,
 ) -> i32 {
@@ -58,7 +59,7 @@ pub unsafe extern "C" fn cutile_attention_sink(
                 partials: if splits > 1 { Some((read_desc(acc, "acc")?, read_desc(ml, "ml")?)) } else { None },
             }
         };
-        let config = super::launch::Config { group, head_dim, block_q, heads_per_tile, block_n, splits, occupancy, warps };
+        let config = super::launch::Config { group, head_dim, block_q, heads_per_tile, block_n, splits, occupancy, warps, latency };
         super::launch::attention_sink(&views, scale, window, config, device, stream)
     })
 }

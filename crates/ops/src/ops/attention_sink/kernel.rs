@@ -15,6 +15,9 @@
 //! writes unnormalised partials (acc, running max m, sum l, with the sink in m's
 //! start value only); `attention_sink_combine` merges them with the sink.
 //!
+//! `LAT` is the K/V loads' latency hint (Tile IR `latency`, 1 to 10: how heavy their
+//! DRAM traffic is, for tileiras' software pipelining); 0 leaves it to tileiras.
+//!
 //! Scores are kept in log2 units: `scale` is sm_scale * log2(e), the sink is
 //! multiplied by log2(e). m starts at the sink (a finite value), so a fully masked
 //! row never computes exp2(-inf - -inf) and its output is 0 (the sink takes all the
@@ -36,6 +39,7 @@ pub mod attention_sink_kernels {
         const GD: i32,
         const BN: i32,
         const GROUP: i32,
+        const LAT: i32,
     >(
         out: &mut Tensor<E, { [1, BQ, GD] }>,
         q: &Tensor<E, { [-1, -1, -1] }>,
@@ -57,7 +61,7 @@ pub mod attention_sink_kernels {
         let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
         let tile = [pid.0, pid.1, pid.2];
         let (_, l, acc) =
-            attend::<E, BQ, GT, BM, D, BN, GROUP>(qt, k, v, tile, first, s_q, s_kv, [lo, hi], scale, window, sink, one);
+            attend::<E, BQ, GT, BM, D, BN, GROUP, LAT>(qt, k, v, tile, first, s_q, s_kv, [lo, hi], scale, window, sink, one);
         let result: Tile<f32, { [BM, D] }> = true_div(acc, l.broadcast(shape![BM, D]));
         let result: Tile<E, { [1, BQ, GD] }> = convert_tile(result.reshape(shape![1, BQ, GD]));
         let mut op = out.partition_mut(shape![1, BQ, GD]);
@@ -80,6 +84,7 @@ pub mod attention_sink_kernels {
         const G2: i32,
         const BN: i32,
         const GROUP: i32,
+        const LAT: i32,
     >(
         acc_out: &mut Tensor<f32, { [1, BQ, GD] }>,
         ml_out: &mut Tensor<f32, { [1, BQ, G2] }>,
@@ -109,7 +114,7 @@ pub mod attention_sink_kernels {
         let zero: Tile<f32, { [BM, 1] }> = constant(0.0f32, shape![BM, 1]);
         let tile = [batch, pid.1, pid.2];
         let (m, l, acc) =
-            attend::<E, BQ, GT, BM, D, BN, GROUP>(qt, k, v, tile, first, s_q, s_kv, [lo, hi], scale, window, sink, zero);
+            attend::<E, BQ, GT, BM, D, BN, GROUP, LAT>(qt, k, v, tile, first, s_q, s_kv, [lo, hi], scale, window, sink, zero);
         let acc_tile: Tile<f32, { [1, BQ, GD] }> = acc.reshape(shape![1, BQ, GD]);
         let mut ap = acc_out.partition_mut(shape![1, BQ, GD]);
         // SAFETY: acc_out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
@@ -170,7 +175,16 @@ pub mod attention_sink_kernels {
     /// The online softmax of query tile `qt` (its `[batch, block, heads]` indices) over
     /// the KV tiles `keys` = [lo, hi), from running max `m0` and sum `l0`: returns the
     /// running max, sum and unnormalised accumulator after the last tile.
-    fn attend<E: ElementType, const BQ: i32, const GT: i32, const BM: i32, const D: i32, const BN: i32, const GROUP: i32>(
+    fn attend<
+        E: ElementType,
+        const BQ: i32,
+        const GT: i32,
+        const BM: i32,
+        const D: i32,
+        const BN: i32,
+        const GROUP: i32,
+        const LAT: i32,
+    >(
         qt: Tile<E, { [BM, D] }>,
         k: &Tensor<E, { [-1, -1, -1] }>,
         v: &Tensor<E, { [-1, -1, -1] }>,
@@ -197,7 +211,10 @@ pub mod attention_sink_kernels {
         let scale_tile: Tile<f32, { [BM, BN] }> = broadcast_scalar(scale, shape![BM, BN]);
         let last_row: i32 = min(block * BQ + BQ, s_q) - 1i32;
         for j in lo..hi {
-            let kt: Tile<E, { [BN, D] }> = kp.load([batch, j, kv_head]).reshape(shape![BN, D]);
+            // With LAT 0 the K/V loads carry no latency hint (the condition folds at compile time).
+            let kt: Tile<E, { [1, BN, D] }> =
+                if LAT > 0i32 { kp.load_pipelined::<LAT>([batch, j, kv_head]) } else { kp.load([batch, j, kv_head]) };
+            let kt: Tile<E, { [BN, D] }> = kt.reshape(shape![BN, D]);
             let s: Tile<f32, { [BM, BN] }> =
                 scores::<E, BM, D, BN>(qt, kt, scale_tile, positions, cols, j * BN, first + block * BQ, first + last_row, s_kv, window);
             let row_max: Tile<f32, { [BM] }> = reduce_max(s, 1i32);
@@ -206,7 +223,9 @@ pub mod attention_sink_kernels {
             let alpha: Tile<f32, { [BM, 1] }> = exp2(m - m_new, ftz::Enabled);
             let row_sum: Tile<f32, { [BM] }> = reduce_sum(p, 1i32);
             l = l * alpha + row_sum.reshape(shape![BM, 1]);
-            let vt: Tile<E, { [BN, D] }> = vp.load([batch, j, kv_head]).reshape(shape![BN, D]);
+            let vt: Tile<E, { [1, BN, D] }> =
+                if LAT > 0i32 { vp.load_pipelined::<LAT>([batch, j, kv_head]) } else { vp.load([batch, j, kv_head]) };
+            let vt: Tile<E, { [BN, D] }> = vt.reshape(shape![BN, D]);
             let pe: Tile<E, { [BM, BN] }> = convert_tile(p);
             acc = mma(pe, vt, acc * alpha.broadcast(shape![BM, D]));
             m = m_new;

@@ -32,6 +32,8 @@ pub struct Config {
     pub splits: i32,
     pub occupancy: i32,
     pub warps: i32,
+    /// The K/V loads' latency hint, 1 to [`MAX_LATENCY`] (0: tileiras' choice).
+    pub latency: i32,
 }
 
 /// Rows of a CTA (`block_q * heads_per_tile`) and keys of a tile: the tensor cores'
@@ -42,6 +44,8 @@ const MIN_ROWS: i32 = 16;
 /// docs/benchmarks.md, "attention_sink").
 const MIN_ROWS_WIDE_HEADS: i32 = 32;
 const MAX_ROWS: i32 = 256;
+/// Tile IR's largest latency hint.
+pub const MAX_LATENCY: i32 = 10;
 /// Splits of one query block's keys at most (the partials' memory grows with them).
 pub const MAX_SPLITS: i32 = 1024;
 
@@ -125,6 +129,9 @@ fn check(views: &Views, config: Config, window: i32, scale: f32) -> OpResult<(Di
         )));
     }
     let dims = Dims { batch: q.shape[0], s_q: q.shape[1], s_kv: k.shape[1], heads };
+    if !(0..=MAX_LATENCY).contains(&config.latency) {
+        return Err(OpError::invalid(format!("latency = {}: must be 0 (tileiras' choice) to {MAX_LATENCY}", config.latency)));
+    }
     if !(1..=MAX_SPLITS).contains(&config.splits) {
         return Err(OpError::invalid(format!("splits = {}: must be in 1..={MAX_SPLITS}", config.splits)));
     }
@@ -179,7 +186,7 @@ const KERNELS: KernelModule = KernelModule {
 /// One stage's launch: its kernel, generics and parameters in the kernel's order.
 fn describe<'a>(views: &'a Views, config: Config, hints: Hints, scale: f32, window: i32, stage: Stage) -> Launch<'a> {
     let Views { out, q, k, v, sinks, start_q, partials } = views;
-    let Config { group, head_dim: d, block_q: bq, heads_per_tile: gt, block_n: bn, splits, .. } = config;
+    let Config { group, head_dim: d, block_q: bq, heads_per_tile: gt, block_n: bn, splits, latency, .. } = config;
     let (bm, gd) = (bq * gt, gt * d);
     let types = [q.dtype.jit_name().to_string(), sinks.dtype.jit_name().to_string()];
     let generics = |tiles: &[i32]| types.iter().cloned().chain(tiles.iter().map(|t| t.to_string())).collect();
@@ -189,7 +196,7 @@ fn describe<'a>(views: &'a Views, config: Config, hints: Hints, scale: f32, wind
         (Stage::Split, Some((acc, ml))) => {
             let outs = [Param::Out("acc_out", acc, out_tile), Param::Out("ml_out", ml, vec![1, bq, 2 * gt])];
             let scalars = [Param::F32("scale", scale), Param::Int("window", window), Param::Int("splits", splits)];
-            ("attention_sink_split", generics(&[bq, gt, bm, d, gd, 2 * gt, bn, group]), [&outs[..], &inputs(), &scalars].concat())
+            ("attention_sink_split", generics(&[bq, gt, bm, d, gd, 2 * gt, bn, group, latency]), [&outs[..], &inputs(), &scalars].concat())
         }
         (Stage::Combine, Some((acc, ml))) => {
             let params = vec![Param::Out("out", out, out_tile), Param::In("acc_in", acc), Param::In("ml_in", ml), Param::In("sinks", sinks), Param::Int("splits", splits)];
@@ -197,7 +204,7 @@ fn describe<'a>(views: &'a Views, config: Config, hints: Hints, scale: f32, wind
         }
         _ => {
             let params = [&[Param::Out("out", out, out_tile)][..], &inputs(), &[Param::F32("scale", scale), Param::Int("window", window)]].concat();
-            ("attention_sink", generics(&[bq, gt, bm, d, gd, bn, group]), params)
+            ("attention_sink", generics(&[bq, gt, bm, d, gd, bn, group, latency]), params)
         }
     };
     Launch { module: KERNELS, kernel, generics, hints, params }
@@ -296,7 +303,7 @@ mod tests {
     }
 
     fn config() -> Config {
-        Config { group: 4, head_dim: 64, block_q: 4, heads_per_tile: 4, block_n: 64, splits: 1, occupancy: 0, warps: 0 }
+        Config { group: 4, head_dim: 64, block_q: 4, heads_per_tile: 4, block_n: 64, splits: 1, occupancy: 0, warps: 0, latency: 0 }
     }
 
     fn refused(views: &Views, config: Config, what: &str) {
@@ -338,6 +345,8 @@ mod tests {
         assert!(check(&wide, Config { head_dim: 128, block_q: 8, ..config() }, 0, 0.18).is_ok());
         refused(&views(), Config { splits: 2, ..config() }, "partial buffers");
         refused(&views(), Config { splits: 0, ..config() }, "splits = 0");
+        refused(&views(), Config { latency: 11, ..config() }, "latency = 11");
+        refused(&views(), Config { latency: -1, ..config() }, "latency = -1");
         assert!(check(&views(), config(), -1, 0.18).unwrap_err().message.contains("window = -1"));
         assert!(check(&views(), config(), 0, f32::NAN).unwrap_err().message.contains("finite"));
     }
