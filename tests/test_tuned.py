@@ -252,6 +252,13 @@ def test_an_attention_fit_keeps_its_rows_and_takes_the_rules_splits_elsewhere(ta
     # A shorter cache of the short query: the rule's splits for the fitted tiles.
     near = at.attention_sink_config(1, 128, 2048, 8, 8, 128, 0, 132, "bfloat16", 0)
     assert near == fitted_short._replace(splits=at._splits(1, 128, 2048, 8, 8, 0, 16, 8, 64, 132))
-    # Without a fit of the dtype, the rule.
-    rule = at.attention_sink_rule(1, 4096, 4096, 8, 8, 128, 0, 132)
-    assert at.attention_sink_config(1, 4096, 4096, 8, 8, 128, 0, 132, "float16", 0) == rule
+    # float16 without a fit of its own takes bfloat16's; an empty call, the rule.
+    assert at.attention_sink_config(1, 4096, 4096, 8, 8, 128, 0, 132, "float16", 0) == fitted
+    for empty in ((0, 4096), (1, 0)):
+        rule = at.attention_sink_rule(empty[0], empty[1], 4096, 8, 8, 128, 0, 132)
+        assert at.attention_sink_config(empty[0], empty[1], 4096, 8, 8, 128, 0, 132, "bfloat16", 0) == rule
+    # float16's own fit, once it has one, wins.
+    fitted_f16 = fitted._replace(occupancy=1)
+    tune.write_table(_tuned.path("attention_sink"), "attention_sink", "sm_90", H100, META, [entry(["float16", *prefill[1:]], list(fitted_f16))])
+    _tuned.table.cache_clear()
+    assert at.attention_sink_config(1, 4096, 4096, 8, 8, 128, 0, 132, "float16", 0) == fitted_f16

@@ -205,7 +205,9 @@ def fitted(table_name: str, problem: Problem, index: int | None, rule: Callable[
            adapt: Callable[[tuple[int, ...], Problem, Problem], tuple[int, ...] | None] | None = None) -> tuple[int, ...]:
     """The config table `table_name` fits to `problem` on device `index` (None: the current
     CUDA device, and the rule where there is none), through `adapt` (as `Tuning.adapt`), else
-    `rule()`."""
+    `rule()`. A problem with an empty extent (nothing to launch) takes the rule."""
+    if any(v <= 0 for v in problem[1:]):
+        return rule()
     if index is None:
         import torch
 

@@ -68,7 +68,7 @@ def _splits(batch: int, s_q: int, s_kv: int, kv_heads: int, group: int, window: 
     would leave SMs idle, each split keeping MIN_TILES_PER_SPLIT key tiles."""
     ctas = batch * -(-s_q // block_q) * kv_heads * (group // gt)
     tiles = _key_tiles(s_q, s_kv, window, block_q, block_n)
-    if ctas < sms and tiles >= 2 * MIN_TILES_PER_SPLIT:
+    if 0 < ctas < sms and tiles >= 2 * MIN_TILES_PER_SPLIT:
         return min(-(-2 * sms // ctas), tiles // MIN_TILES_PER_SPLIT, 1024)
     return 1
 
@@ -93,14 +93,19 @@ def attention_sink_config(
 ) -> AttentionSinkConfig:
     """The heuristic's config for a call (`window` 0: none) of `dtype` on CUDA device `device`
     (default: the current one) of `sms` SMs: the nearest problem of its fitted table
-    (benchmarks/tune.py attention_sink, tuned/attention_sink.json) made fit for this call,
+    (benchmarks/tune.py attention_sink, tuned/attention_sink.json) made fit for this call;
+    float16 without a fit of its own takes bfloat16's (the same kernels on 2-byte operands);
     else `attention_sink_rule`."""
-    problem = _problem(dtype, batch, s_q, s_kv, kv_heads, group, head_dim, window)
-    return AttentionSinkConfig(*_tuned.fitted(
-        "attention_sink", problem, device,
-        lambda: attention_sink_rule(batch, s_q, s_kv, kv_heads, group, head_dim, window, sms),
-        lambda config, problem, fitted: _adapt(config, problem, fitted, sms),
-    ))
+    def lookup(dtype: Any, rule: Any) -> Any:
+        problem = _problem(dtype, batch, s_q, s_kv, kv_heads, group, head_dim, window)
+        return _tuned.fitted("attention_sink", problem, device, rule, lambda c, p, f: _adapt(c, p, f, sms))
+
+    def rule() -> AttentionSinkConfig:
+        return attention_sink_rule(batch, s_q, s_kv, kv_heads, group, head_dim, window, sms)
+
+    if _tuned.problem(dtype)[0] == "float16":
+        return AttentionSinkConfig(*lookup(dtype, lambda: lookup("bfloat16", rule)))
+    return AttentionSinkConfig(*lookup(dtype, rule))
 
 
 def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem, sms: int) -> tuple[int, ...] | None:
