@@ -222,6 +222,32 @@ impl Launch<'_> {
     }
 }
 
+/// A described first launch through cutile's typed launcher: `$launcher` (after the
+/// `$bind` statements that borrow its tensors) is the kernel's launcher called with the
+/// description's arguments; it takes the spec's generics and options, resolves cutile's
+/// key on the stream, then launches, recorded for replay ([`FirstLaunch::launch`]).
+/// The call site needs `cutile::prelude::*` (the launcher's trait).
+#[macro_export]
+macro_rules! typed_launch {
+    ($first:expr, { $($bind:stmt;)* } $launcher:expr) => {{
+        let first: &$crate::launch::FirstLaunch = $first;
+        let (generics, options) = (|| first.spec().generics(), || first.spec().options());
+        first.launch(
+            |s| {
+                $($bind)*
+                let l = $launcher.generics(generics()).compile_options(options());
+                l.specialize_on(s).map(|k| k.into_l1_cache_key())
+            },
+            || {
+                $($bind)*
+                let l = $launcher.generics(generics()).compile_options(options());
+                // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
+                unsafe { l.async_on(&first.stream) }.map(|_| ())
+            },
+        )
+    }};
+}
+
 /// Enqueues `launch` of `op` (its key, values and spec from the one description); a
 /// first launch goes to `first`, whose [`FirstLaunch::launch`] records it for replay
 /// with the description's grid and arguments.

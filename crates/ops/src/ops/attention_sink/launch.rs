@@ -226,7 +226,6 @@ fn dispatch(e: DType, s: DType, first: &FirstLaunch, launch: &Launch, views: &Vi
 /// description's parameters (`describe`) in its order, with its generics and options.
 fn launch_first<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch: &Launch, views: &Views, stage: Stage) -> OpResult<()> {
     let Views { out, q, k, v, sinks, start_q, partials } = views;
-    let spec = first.spec();
     // SAFETY: torch owns every allocation and keeps it alive while the work it ordered on
     // the stream runs; out and the partials are outputs nobody else writes meanwhile.
     let t = |t: &CheckedTensor| unsafe { first.borrow::<E>(t) };
@@ -237,46 +236,22 @@ fn launch_first<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch:
     };
     let tile = |name| launch.tile::<3>(name);
     let (scale, window, splits) = (|| launch.float("scale"), || launch.int("window"), || launch.int("splits"));
-    // The launcher of this stage, handed to `$finish` as `$l` (their types differ).
-    macro_rules! with_launcher {
-        (|$l:ident| $finish:expr) => {{
-            match stage {
-                Stage::OnePass => {
-                    let (mut ot, qt, kt, vt, st, sq) = (t(out), t(q), t(k), t(v), sinks_t(), start_t());
-                    let $l = attention_sink_kernels::attention_sink((&mut ot).partition(tile("out")), &qt, &kt, &vt, &st, &sq, scale(), window())
-                        .generics(spec.generics())
-                        .compile_options(spec.options());
-                    $finish
-                }
-                Stage::Split => {
-                    let (acc, ml) = partials.as_ref().expect("checked: splits > 1 has partials");
-                    let (mut at, mut mt) = (f(acc), f(ml));
-                    let (qt, kt, vt, st, sq) = (t(q), t(k), t(v), sinks_t(), start_t());
-                    let $l = attention_sink_kernels::attention_sink_split(
-                        (&mut at).partition(tile("acc_out")),
-                        (&mut mt).partition(tile("ml_out")),
-                        &qt, &kt, &vt, &st, &sq, scale(), window(), splits(),
-                    )
-                    .generics(spec.generics())
-                    .compile_options(spec.options());
-                    $finish
-                }
-                Stage::Combine => {
-                    let (acc, ml) = partials.as_ref().expect("checked: splits > 1 has partials");
-                    let (mut ot, at, mt, st) = (t(out), f(acc), f(ml), sinks_t());
-                    let $l = attention_sink_kernels::attention_sink_combine((&mut ot).partition(tile("out")), &at, &mt, &st, splits())
-                        .generics(spec.generics())
-                        .compile_options(spec.options());
-                    $finish
-                }
+    let partials = || partials.as_ref().expect("checked: splits > 1 has partials");
+    match stage {
+        Stage::OnePass => crate::typed_launch!(first, { let (mut ot, qt, kt, vt, st, sq) = (t(out), t(q), t(k), t(v), sinks_t(), start_t()); }
+            attention_sink_kernels::attention_sink((&mut ot).partition(tile("out")), &qt, &kt, &vt, &st, &sq, scale(), window())),
+        Stage::Split => crate::typed_launch!(first, {
+                let (mut at, mut mt) = (f(&partials().0), f(&partials().1));
+                let (qt, kt, vt, st, sq) = (t(q), t(k), t(v), sinks_t(), start_t());
             }
-        }};
+            attention_sink_kernels::attention_sink_split(
+                (&mut at).partition(tile("acc_out")),
+                (&mut mt).partition(tile("ml_out")),
+                &qt, &kt, &vt, &st, &sq, scale(), window(), splits(),
+            )),
+        Stage::Combine => crate::typed_launch!(first, { let (mut ot, at, mt, st) = (t(out), f(&partials().0), f(&partials().1), sinks_t()); }
+            attention_sink_kernels::attention_sink_combine((&mut ot).partition(tile("out")), &at, &mt, &st, splits())),
     }
-    first.launch(
-        |s| with_launcher!(|l| l.specialize_on(s).map(|k| k.into_l1_cache_key())),
-        // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
-        || with_launcher!(|l| unsafe { l.async_on(&first.stream) }.map(|_| ())),
-    )
 }
 
 #[cfg(test)]

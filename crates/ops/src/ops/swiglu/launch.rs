@@ -3,12 +3,10 @@
 
 use super::kernel::swiglu_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
-use crate::launch::{self, FirstLaunch, Key};
-use crate::replay::{Args, Value};
-use crate::spec::{check_block, Hints, KernelModule, KernelSpec};
+use crate::launch::{self, FirstLaunch, Launch, Param};
+use crate::spec::{check_block, Hints, KernelModule};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
-use cutile::tensor::KernelOutputStored;
 
 /// `[M, H]` inputs of one dtype, each read along unit-stride rows.
 fn check_inputs(names: &[&str], inputs: &[&CheckedTensor]) -> OpResult<(i32, i32, DType)> {
@@ -57,16 +55,11 @@ pub fn forward(
     if m == 0 || h == 0 {
         return Ok(());
     }
-    const KERNEL: &str = "swiglu_forward";
-    let key = Key::new(KERNELS.name, KERNEL, device).with(block_m).with(block_n).hints(hints).tensor(y).tensor(a).tensor(b);
-    let values = [Value::Ptr(y.ptr), Value::Ptr(a.ptr), Value::Ptr(b.ptr)];
-    let spec = || {
-        KernelSpec::new(KERNELS, KERNEL, generics(dtype, block_m, block_n), hints).tensor("y", y).tensor("a", a).tensor("b", b)
-    };
-    launch::enqueue("swiglu", key, device, stream, &values, spec, |first| match dtype {
-        DType::F32 => forward_first::<f32>(first, y, a, b, [block_m, block_n]),
-        DType::F16 => forward_first::<f16>(first, y, a, b, [block_m, block_n]),
-        DType::BF16 => forward_first::<bf16>(first, y, a, b, [block_m, block_n]),
+    let launch = describe_forward([y, a, b], [block_m, block_n], hints);
+    launch::enqueue_launch("swiglu", &launch, device, stream, |first| match dtype {
+        DType::F32 => forward_first::<f32>(first, &launch, [y, a, b]),
+        DType::F16 => forward_first::<f16>(first, &launch, [y, a, b]),
+        DType::BF16 => forward_first::<bf16>(first, &launch, [y, a, b]),
     })
 }
 
@@ -81,42 +74,25 @@ fn generics(dtype: DType, block_m: i32, block_n: i32) -> Vec<String> {
     vec![dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()]
 }
 
-fn forward_first<T: cutile::DType>(
-    first: &FirstLaunch,
-    y: &CheckedTensor,
-    a: &CheckedTensor,
-    b: &CheckedTensor,
-    tile: [i32; 2],
-) -> OpResult<()> {
+/// The forward's launch: y = silu(a) * b, `[block_m, block_n]` tiles of y.
+fn describe_forward<'a>([y, a, b]: [&'a CheckedTensor; 3], [block_m, block_n]: [i32; 2], hints: Hints) -> Launch<'a> {
+    let params = vec![Param::Out("y", y, vec![block_m, block_n]), Param::In("a", a), Param::In("b", b)];
+    Launch { module: KERNELS, kernel: "swiglu_forward", generics: generics(a.dtype, block_m, block_n), hints, params }
+}
+
+/// The backward's launch: both gradients into dg, `[block_m, 2, block_n]` tiles.
+fn describe_backward<'a>([dg, dy, a, b]: [&'a CheckedTensor; 4], [block_m, block_n]: [i32; 2], hints: Hints) -> Launch<'a> {
+    let params = vec![Param::Out("dg", dg, vec![block_m, 2, block_n]), Param::In("dy", dy), Param::In("a", a), Param::In("b", b)];
+    Launch { module: KERNELS, kernel: "swiglu_backward", generics: generics(a.dtype, block_m, block_n), hints, params }
+}
+
+/// cutile's typed launch of the forward for element type `T`, as `launch` describes it.
+fn forward_first<T: cutile::DType>(first: &FirstLaunch, launch: &Launch, [y, a, b]: [&CheckedTensor; 3]) -> OpResult<()> {
     // SAFETY: torch owns the allocations and keeps them alive while the work it
     // ordered on the stream runs; y is an output nobody else writes meanwhile.
-    let tensors = || unsafe { (first.borrow::<T>(y), first.borrow::<T>(a), first.borrow::<T>(b)) };
-    let (generics, options) = (|| first.spec().generics(), || first.spec().options());
-    let partition = tile.map(|t| t as usize);
-    first.run(
-        |s| {
-            let (mut yt, at, bt) = tensors();
-            let launcher = swiglu_kernels::swiglu_forward((&mut yt).partition(partition), &at, &bt);
-            launcher.generics(generics()).compile_options(options()).specialize_on(s).map(|k| k.into_l1_cache_key())
-        },
-        || {
-            let (mut yt, at, bt) = tensors();
-            let launcher = swiglu_kernels::swiglu_forward((&mut yt).partition(partition), &at, &bt);
-            // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
-            unsafe { launcher.generics(generics()).compile_options(options()).async_on(&first.stream) }
-                .map(|_| ())
-        },
-        || {
-            let (mut yt, _, _) = tensors();
-            let grid = KernelOutputStored::<T>::grid(&(&mut yt).partition(partition))
-                .map_err(|e| OpError::invalid(format!("swiglu launch grid: {e}")))?;
-            let args = Args::default()
-                .partition(0, &y.shape, &y.strides, &tile)
-                .tensor(1, &a.shape, &a.strides)
-                .tensor(2, &b.shape, &b.strides);
-            Ok(Some((grid, args)))
-        },
-    )
+    let tensor = |t: &CheckedTensor| unsafe { first.borrow::<T>(t) };
+    crate::typed_launch!(first, { let (mut yt, at, bt) = (tensor(y), tensor(a), tensor(b)); }
+        swiglu_kernels::swiglu_forward((&mut yt).partition(launch.tile::<2>("y")), &at, &bt))
 }
 
 /// Checks the backward's output `dg`, an `[M, 2, H]` view with strides `[r, p, 1]`:
@@ -161,58 +137,20 @@ pub fn backward(
     if m == 0 || h == 0 {
         return Ok(());
     }
-    const KERNEL: &str = "swiglu_backward";
-    let key = Key::new(KERNELS.name, KERNEL, device).with(block_m).with(block_n).hints(hints).tensor(dg).tensor(dy).tensor(a).tensor(b);
-    let values = [Value::Ptr(dg.ptr), Value::Ptr(dy.ptr), Value::Ptr(a.ptr), Value::Ptr(b.ptr)];
-    let spec = || {
-        KernelSpec::new(KERNELS, KERNEL, generics(dtype, block_m, block_n), hints)
-            .tensor("dg", dg)
-            .tensor("dy", dy)
-            .tensor("a", a)
-            .tensor("b", b)
-    };
-    launch::enqueue("swiglu backward", key, device, stream, &values, spec, |first| match dtype {
-        DType::F32 => backward_first::<f32>(first, [dg, dy, a, b], [block_m, block_n]),
-        DType::F16 => backward_first::<f16>(first, [dg, dy, a, b], [block_m, block_n]),
-        DType::BF16 => backward_first::<bf16>(first, [dg, dy, a, b], [block_m, block_n]),
+    let launch = describe_backward([dg, dy, a, b], [block_m, block_n], hints);
+    launch::enqueue_launch("swiglu backward", &launch, device, stream, |first| match dtype {
+        DType::F32 => backward_first::<f32>(first, &launch, [dg, dy, a, b]),
+        DType::F16 => backward_first::<f16>(first, &launch, [dg, dy, a, b]),
+        DType::BF16 => backward_first::<bf16>(first, &launch, [dg, dy, a, b]),
     })
 }
 
-fn backward_first<T: cutile::DType>(
-    first: &FirstLaunch,
-    [dg, dy, a, b]: [&CheckedTensor; 4],
-    [block_m, block_n]: [i32; 2],
-) -> OpResult<()> {
+/// cutile's typed launch of the backward for element type `T`, as `launch` describes it.
+fn backward_first<T: cutile::DType>(first: &FirstLaunch, launch: &Launch, [dg, dy, a, b]: [&CheckedTensor; 4]) -> OpResult<()> {
     // SAFETY: as in `forward_first`; dg is a fresh gradient buffer nobody else writes.
     let tensor = |t: &CheckedTensor| unsafe { first.borrow::<T>(t) };
-    let (generics, options) = (|| first.spec().generics(), || first.spec().options());
-    let tile = [block_m, 2, block_n];
-    let partition = tile.map(|t| t as usize);
-    first.run(
-        |s| {
-            let (mut gt, dyt, at, bt) = (tensor(dg), tensor(dy), tensor(a), tensor(b));
-            let launcher = swiglu_kernels::swiglu_backward((&mut gt).partition(partition), &dyt, &at, &bt);
-            launcher.generics(generics()).compile_options(options()).specialize_on(s).map(|k| k.into_l1_cache_key())
-        },
-        || {
-            let (mut gt, dyt, at, bt) = (tensor(dg), tensor(dy), tensor(a), tensor(b));
-            let launcher = swiglu_kernels::swiglu_backward((&mut gt).partition(partition), &dyt, &at, &bt);
-            // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
-            unsafe { launcher.generics(generics()).compile_options(options()).async_on(&first.stream) }
-                .map(|_| ())
-        },
-        || {
-            let mut gt = tensor(dg);
-            let grid = KernelOutputStored::<T>::grid(&(&mut gt).partition(partition))
-                .map_err(|e| OpError::invalid(format!("swiglu backward launch grid: {e}")))?;
-            let args = Args::default()
-                .partition(0, &dg.shape, &dg.strides, &tile)
-                .tensor(1, &dy.shape, &dy.strides)
-                .tensor(2, &a.shape, &a.strides)
-                .tensor(3, &b.shape, &b.strides);
-            Ok(Some((grid, args)))
-        },
-    )
+    crate::typed_launch!(first, { let (mut gt, dyt, at, bt) = (tensor(dg), tensor(dy), tensor(a), tensor(b)); }
+        swiglu_kernels::swiglu_backward((&mut gt).partition(launch.tile::<3>("dg")), &dyt, &at, &bt))
 }
 
 #[cfg(test)]
@@ -235,6 +173,15 @@ mod tests {
         }
         assert!(check_gradients(&view(DType::F32, &[m, 2, h], &[2 * h, h, 1]), m, h, DType::BF16).is_err());
         assert!(check_gradients(&view(DType::BF16, &[m, 2, h + 1], &[2 * h, h, 1]), m, h, DType::BF16).is_err());
+    }
+
+    #[test]
+    fn both_kernels_are_described_as_their_signatures_read() {
+        let (y, a, b) = (view(DType::BF16, &[3, 8], &[8, 1]), view(DType::BF16, &[3, 8], &[8, 1]), view(DType::BF16, &[3, 8], &[8, 1]));
+        let dg = view(DType::BF16, &[3, 2, 8], &[16, 8, 1]);
+        let hints = Hints::checked(0, 0).unwrap();
+        crate::launch::signature::assert_matches_kernel(&describe_forward([&y, &a, &b], [1, 8], hints));
+        crate::launch::signature::assert_matches_kernel(&describe_backward([&dg, &y, &a, &b], [1, 8], hints));
     }
 
     #[test]
