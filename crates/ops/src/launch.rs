@@ -1,19 +1,19 @@
-//! The launch protocol every op shares, written once: config checks, compile
-//! options, the replay key, the replay fast path, and cutile's first launch of a
-//! specialization through the warm-start index, recorded for replay. An op's
-//! `launch.rs` keeps what is its own: its views' checks, its kernel choice, its
-//! generics and its cutile launcher.
-//!
-//! A launch goes: [`enqueue`] binds the device's context and looks the [`Key`] up
-//! in the replay table (a hit goes straight to `cuLaunchKernel`, `crate::replay`);
-//! a miss hands the op a [`FirstLaunch`], whose [`FirstLaunch::run`] launches
-//! through cutile (`crate::warm_start`) and records the launch for the next time.
+//! The launch protocol every op shares, written once: the launch description, the
+//! replay key, the replay fast path, and cutile's first launch of a specialization
+//! through the warm-start index, recorded for replay. An op's `launch.rs` keeps what
+//! is its own: its views' checks, its kernel choice, its descriptions and its typed
+//! cutile launcher.
 //!
 //! An op describes each launch once, as a [`Launch`]: the kernel, its generics and
 //! hints, and its parameters in the kernel's order ([`Param`]). The replay key, the
 //! launch's values, the compile spec, the grid and the replay's argument list all
-//! come from that one list ([`enqueue_launch`]); the op writes the list a second time
-//! only in cutile's typed launcher, which it calls with the spec's generics and options.
+//! come from that one list; the op writes the parameters a second time only in
+//! cutile's typed launcher ([`crate::typed_launch!`]), reading tiles and scalars back from it.
+//!
+//! A launch goes: [`enqueue_launch`] binds the device's context and looks the [`Key`]
+//! up in the replay table (a hit goes straight to `cuLaunchKernel`, `crate::replay`);
+//! a miss hands the op a [`FirstLaunch`], whose [`FirstLaunch::launch`] launches
+//! through cutile (`crate::warm_start`) and records the launch for the next time.
 
 use crate::abi::{CheckedTensor, IndexTensor, OpError, OpResult};
 use crate::replay::{self, Args, Value};
@@ -79,6 +79,10 @@ impl Key {
 pub enum Param<'a> {
     /// A `&mut Tensor` the launcher binds by `partition(tile)`; the first one sets the grid.
     Out(&'static str, &'a CheckedTensor, Vec<i32>),
+    /// A `&mut Tensor` bound by `partition(tile).map(map, ctas)` for a persistent kernel
+    /// (the map is also among its generics): `ctas` CTAs walk its tiles. Its argument list
+    /// is cutile's to spell, so a launch with one is never recorded for replay.
+    Mapped(&'static str, &'a CheckedTensor, Vec<i32>, [i32; 3], i32),
     /// A `&Tensor`.
     In(&'static str, &'a CheckedTensor),
     /// A `&Tensor<i32>` read from an index descriptor.
@@ -110,6 +114,9 @@ impl Launch<'_> {
         let key = Key::new(self.module.name, self.kernel, device).hints(self.hints).with(h.finish() as i64);
         self.params.iter().fold(key, |key, param| match param {
             Param::Out(_, t, tile) => tile.iter().fold(key.tensor(t), |key, &e| key.with(e)),
+            Param::Mapped(_, t, tile, map, ctas) => {
+                tile.iter().chain(map).fold(key.tensor(t), |key, &e| key.with(e)).with(*ctas)
+            }
             Param::In(_, t) => key.tensor(t),
             Param::Index(_, t) => {
                 let key = key.with(t.shape.len() as i64);
@@ -127,7 +134,7 @@ impl Launch<'_> {
         self.params
             .iter()
             .filter_map(|param| match param {
-                Param::Out(_, t, _) | Param::In(_, t) => Some(Value::Ptr(t.ptr)),
+                Param::Out(_, t, _) | Param::Mapped(_, t, ..) | Param::In(_, t) => Some(Value::Ptr(t.ptr)),
                 Param::Index(_, t) => Some(Value::Ptr(t.ptr)),
                 Param::Int(..) => None,
                 Param::F32(_, v) => Some(Value::F32(*v)),
@@ -139,22 +146,24 @@ impl Launch<'_> {
     pub fn spec(&self) -> KernelSpec {
         let spec = KernelSpec::new(self.module, self.kernel, self.generics.clone(), self.hints);
         self.params.iter().fold(spec, |spec, param| match param {
-            Param::Out(name, t, _) | Param::In(name, t) => spec.tensor(name, t),
+            Param::Out(name, t, _) | Param::Mapped(name, t, ..) | Param::In(name, t) => spec.tensor(name, t),
             Param::Index(name, t) => spec.raw_tensor(name, t.ptr, &t.shape, &t.strides),
             Param::Int(name, v) => spec.int(name, *v),
             Param::F32(..) => spec,
         })
     }
 
-    /// The kernel's arguments as cutile pushes them, the values indexed as [`Self::values`].
-    pub fn args(&self) -> Args {
+    /// The kernel's arguments as cutile pushes them, the values indexed as [`Self::values`];
+    /// None for a launch with a mapped output (cutile spells its arguments).
+    pub fn args(&self) -> Option<Args> {
         let mut live = 0..;
-        self.params.iter().fold(Args::default(), |args, param| match param {
-            Param::Out(_, t, tile) => args.partition(live.next().unwrap_or_default(), &t.shape, &t.strides, tile),
-            Param::In(_, t) => args.tensor(live.next().unwrap_or_default(), &t.shape, &t.strides),
-            Param::Index(_, t) => args.tensor(live.next().unwrap_or_default(), &t.shape, &t.strides),
-            Param::Int(_, v) => args.scalar(*v),
-            Param::F32(_, v) => args.live(live.next().unwrap_or_default(), *v),
+        self.params.iter().try_fold(Args::default(), |args, param| match param {
+            Param::Out(_, t, tile) => Some(args.partition(live.next().unwrap_or_default(), &t.shape, &t.strides, tile)),
+            Param::Mapped(..) => None,
+            Param::In(_, t) => Some(args.tensor(live.next().unwrap_or_default(), &t.shape, &t.strides)),
+            Param::Index(_, t) => Some(args.tensor(live.next().unwrap_or_default(), &t.shape, &t.strides)),
+            Param::Int(_, v) => Some(args.scalar(*v)),
+            Param::F32(_, v) => Some(args.live(live.next().unwrap_or_default(), *v)),
         })
     }
 
@@ -164,12 +173,24 @@ impl Launch<'_> {
     /// When the description has no such output of rank `N` (a defect of the op's launch).
     pub fn tile<const N: usize>(&self, name: &str) -> [usize; N] {
         let tile = self.params.iter().find_map(|p| match p {
-            Param::Out(n, _, tile) if *n == name => Some(tile),
+            Param::Out(n, _, tile) | Param::Mapped(n, _, tile, ..) if *n == name => Some(tile),
             _ => None,
         });
         let edges: Vec<usize> =
             tile.unwrap_or_else(|| panic!("{}: no output {name}", self.kernel)).iter().map(|&e| e as usize).collect();
         edges.try_into().unwrap_or_else(|_| panic!("{}: output {name} is not of rank {N}", self.kernel))
+    }
+
+    /// The map and CTA count of mapped output `name`, for the typed launcher's `map`.
+    ///
+    /// # Panics
+    /// When the description has no such mapped output (a defect of the op's launch).
+    pub fn mapping(&self, name: &str) -> ([usize; 3], u32) {
+        let found = self.params.iter().find_map(|p| match p {
+            Param::Mapped(n, _, _, map, ctas) if *n == name => Some((map.map(|e| e as usize), *ctas as u32)),
+            _ => None,
+        });
+        found.unwrap_or_else(|| panic!("{}: no mapped output {name}", self.kernel))
     }
 
     /// The integer scalar `name`, for the typed launcher.
@@ -258,33 +279,21 @@ pub fn enqueue_launch(
     stream: u64,
     first: impl FnOnce(&FirstLaunch) -> OpResult<()>,
 ) -> OpResult<()> {
-    let described = || Ok(Some((launch.grid()?, launch.args())));
-    enqueue_with(op, launch.key(device), device, stream, &launch.values(), || launch.spec(), described, first)
+    let described = || match launch.args() {
+        Some(args) => Ok(Some((launch.grid()?, args))),
+        None => Ok(None),
+    };
+    enqueue(op, launch.key(device), device, stream, &launch.values(), || launch.spec(), described, first)
 }
 
 /// Enqueues one launch of `op`'s kernel on the caller's `stream` of `device`, without
-/// waiting for it. `values` are the launch's data pointers and the scalars its key
-/// does not pin, indexed as the op's replay `Args` name them. A launch equal to one
-/// recorded before (same key) is replayed; otherwise `first` launches it through
-/// cutile with the [`FirstLaunch`] it is given, which carries `spec()`: the launch's
-/// kernel, generics, options and arguments, the one place the op spells them
-/// (its launcher takes generics and options from it). In describe mode
-/// ([`crate::shipped`]) the spec is recorded and nothing touches the GPU.
-pub fn enqueue(
-    op: &'static str,
-    key: Key,
-    device: i32,
-    stream: u64,
-    values: &[Value],
-    spec: impl FnOnce() -> KernelSpec,
-    first: impl FnOnce(&FirstLaunch) -> OpResult<()>,
-) -> OpResult<()> {
-    enqueue_with(op, key, device, stream, values, spec, || Ok(None), first)
-}
-
-/// [`enqueue`], with a described launch's grid and arguments made on a miss.
+/// waiting for it. `values` are the launch's data pointers and the scalars its key does
+/// not pin. A launch equal to one recorded before (same key) is replayed; otherwise
+/// `first` launches it through cutile with the [`FirstLaunch`] it is given, carrying
+/// `spec()` and the replay's grid and arguments (`described`, made only on a miss). In
+/// describe mode ([`crate::shipped`]) the spec is recorded and nothing touches the GPU.
 #[allow(clippy::too_many_arguments)]
-fn enqueue_with(
+fn enqueue(
     op: &'static str,
     key: Key,
     device: i32,
@@ -339,38 +348,23 @@ impl FirstLaunch {
         }
     }
 
-    /// Launches through cutile and records the launch for replay.
+    /// Launches through cutile and records the launch for replay with the description's
+    /// grid and arguments (none for a mapped output: it then always goes through cutile).
     ///
     /// `resolve(s)` yields cutile's key for this launch on stream `s` without
     /// compiling (`specialize_on`); `run()` makes the launch (`async_on` on
-    /// `self.stream`); `replay()` gives the grid cutile derives and the kernel's
-    /// arguments in cutile's order, asked only when the launch is to be recorded, or
-    /// None for a kernel whose argument list the op does not spell out (it then
-    /// always launches through cutile).
-    pub fn run(
-        &self,
-        resolve: impl FnOnce(&Arc<Stream>) -> Result<TileFunctionKey, DeviceError>,
-        run: impl FnOnce() -> Result<(), DeviceError>,
-        replay: impl FnOnce() -> OpResult<Option<((u32, u32, u32), Args)>>,
-    ) -> OpResult<()> {
-        let resolved =
-            warm_start::launch(&self.ctx, &self.stream, self.op, self.key.signature(), &self.spec, resolve, run)?;
-        if let Some(cutile_key) = resolved {
-            if let Some((grid, args)) = replay()? {
-                replay::record(&self.key.0, &cutile_key, grid, args);
-            }
-        }
-        Ok(())
-    }
-
-    /// [`Self::run`] for a described launch ([`enqueue_launch`]): its grid and arguments
-    /// come from the description.
+    /// `self.stream`). [`crate::typed_launch!`] writes both from one launcher.
     pub fn launch(
         &self,
         resolve: impl FnOnce(&Arc<Stream>) -> Result<TileFunctionKey, DeviceError>,
         run: impl FnOnce() -> Result<(), DeviceError>,
     ) -> OpResult<()> {
-        self.run(resolve, run, || Ok(self.replay.clone()))
+        let resolved =
+            warm_start::launch(&self.ctx, &self.stream, self.op, self.key.signature(), &self.spec, resolve, run)?;
+        if let (Some(cutile_key), Some((grid, args))) = (resolved, &self.replay) {
+            replay::record(&self.key.0, &cutile_key, *grid, args.clone());
+        }
+        Ok(())
     }
 }
 
@@ -395,7 +389,10 @@ pub(crate) mod signature {
         let kind = |ty: &syn::Type| match ty {
             syn::Type::Reference(r) if r.mutability.is_some() => "out".to_string(),
             syn::Type::Reference(_) => "in".to_string(),
-            syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default(),
+            syn::Type::Path(p) => match p.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default() {
+                mapped if mapped == "MappedPartitionMut" => "out".to_string(),
+                scalar => scalar,
+            },
             _ => String::new(),
         };
         function
@@ -420,7 +417,7 @@ pub(crate) mod signature {
             .iter()
             .map(|p| {
                 let (name, kind) = match p {
-                    Param::Out(n, ..) => (n, "out"),
+                    Param::Out(n, ..) | Param::Mapped(n, ..) => (n, "out"),
                     Param::In(n, _) | Param::Index(n, _) => (n, "in"),
                     Param::Int(n, _) => (n, "i32"),
                     Param::F32(n, _) => (n, "f32"),
@@ -496,7 +493,7 @@ mod tests {
             .tensor(2, &[1], &[1])
             .live(3, 0f32)
             .scalar(128);
-        assert_eq!(format!("{:?}", base.args()), format!("{want:?}"));
+        assert_eq!(format!("{:?}", base.args().unwrap()), format!("{want:?}"));
         assert_eq!(base.grid().unwrap(), (2, 2, 2));
         assert_eq!((base.tile::<3>("out"), base.int("window"), base.float("scale")), ([1, 4, 256], 128, 0.5));
         // The key pins integers, extents and alignment, not float scalars or a pointer's value.

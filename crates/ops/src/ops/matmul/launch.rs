@@ -3,12 +3,10 @@
 
 use super::kernel::matmul_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
-use crate::launch::{self, FirstLaunch, Key};
-use crate::replay::{Args, Value};
-use crate::spec::{check_block, Hints, KernelModule, KernelSpec};
+use crate::launch::{self, FirstLaunch, Launch, Param};
+use crate::spec::{check_block, Hints, KernelModule};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
-use cutile::tensor::KernelOutputStored;
 
 /// A config's tiling: `[block_m, block_n]` output tiles, K in `block_k` steps; with
 /// `group_m` > 0, `ctas` persistent CTAs walk the tiles `group_m` row blocks at a time.
@@ -98,31 +96,28 @@ pub fn matmul(
         (false, true) => "gemm_persistent",
         (true, true) => "gemm_tf32_persistent",
     };
-    let key = Key::new(KERNELS.name, kernel, device)
-        .with(tiles.block_m)
-        .with(tiles.block_n)
-        .with(tiles.block_k)
-        .with(tiles.group_m)
-        .with(if tiles.group_m > 0 { tiles.ctas } else { 0 })
-        .hints(hints)
-        .tensor(c)
-        .tensor(a)
-        .tensor(b);
-    let values = [Value::Ptr(c.ptr), Value::Ptr(a.ptr), Value::Ptr(b.ptr)];
-    let spec = || {
-        let mut generics = vec![c.dtype.jit_name().to_string()];
-        generics.extend([tiles.block_m, tiles.block_n, tiles.block_k].map(|t| t.to_string()));
-        if tiles.group_m > 0 {
-            generics.extend(persistent_map(tiles).map(|t| t.to_string()));
-        }
-        KernelSpec::new(KERNELS, kernel, generics, hints).tensor("c", c).tensor("a", a).tensor("b", b)
-    };
-    launch::enqueue("matmul", key, device, stream, &values, spec, |first| match (c.dtype, tf32) {
-        (DType::F32, true) => launch_first::<f32>(first, [c, a, b], tiles, true),
-        (DType::F32, false) => launch_first::<f32>(first, [c, a, b], tiles, false),
-        (DType::F16, _) => launch_first::<f16>(first, [c, a, b], tiles, false),
-        (DType::BF16, _) => launch_first::<bf16>(first, [c, a, b], tiles, false),
+    let launch = describe([c, a, b], kernel, tiles, hints);
+    launch::enqueue_launch("matmul", &launch, device, stream, |first| match c.dtype {
+        DType::F32 => launch_first::<f32>(first, &launch, [c, a, b]),
+        DType::F16 => launch_first::<f16>(first, &launch, [c, a, b]),
+        DType::BF16 => launch_first::<bf16>(first, &launch, [c, a, b]),
     })
+}
+
+/// The launch of `kernel`: c's `[1, block_m, block_n]` tiles (mapped over `ctas` CTAs for the
+/// persistent kernels, whose map is a generic), a, b.
+fn describe<'a>([c, a, b]: [&'a CheckedTensor; 3], kernel: &'static str, tiles: Tiles, hints: Hints) -> Launch<'a> {
+    let mut generics = vec![c.dtype.jit_name().to_string()];
+    generics.extend([tiles.block_m, tiles.block_n, tiles.block_k].map(|t| t.to_string()));
+    let tile = vec![1, tiles.block_m, tiles.block_n];
+    let out = if tiles.group_m > 0 {
+        let map = persistent_map(tiles);
+        generics.extend(map.map(|t| t.to_string()));
+        Param::Mapped("c", c, tile, map, tiles.ctas)
+    } else {
+        Param::Out("c", c, tile)
+    };
+    Launch { module: KERNELS, kernel, generics, hints, params: vec![out, Param::In("a", a), Param::In("b", b)] }
 }
 
 const KERNELS: KernelModule = KernelModule {
@@ -151,66 +146,25 @@ fn persistent_map(tiles: Tiles) -> [i32; 3] {
     [1, tiles.group_m.max(1), 1]
 }
 
-/// cutile's launch of `gemm<T>` (or, with `tf32`, of `gemm_tf32<f32>`).
-fn launch_first<T: cutile::DType>(
-    first: &FirstLaunch,
-    [c, a, b]: [&CheckedTensor; 3],
-    tiles: Tiles,
-    tf32: bool,
-) -> OpResult<()> {
+/// cutile's typed launch of the described kernel for element type `T` (f32 operands take
+/// `gemm_tf32` or `gemm`, as the launch names).
+fn launch_first<T: cutile::DType>(first: &FirstLaunch, launch: &Launch, [c, a, b]: [&CheckedTensor; 3]) -> OpResult<()> {
     // SAFETY: torch owns the allocations and keeps them alive while the work it
     // ordered on the stream runs; c is an output nobody else writes meanwhile.
     let tensor = |t: &CheckedTensor| unsafe { first.borrow::<T>(t) };
-    let tile = [1, tiles.block_m, tiles.block_n];
-    let partition = tile.map(|t| t as usize);
-    let persistent = tiles.group_m > 0;
-    let map = persistent_map(tiles);
-    // The kernel's launcher for this launch, handed to `$finish` as `$l` (the two kernels' types differ).
-    macro_rules! with_launcher {
-        (|$l:ident| $finish:expr) => {{
-            let (mut ct, at, bt) = (tensor(c), tensor(a), tensor(b));
-            let (g, o) = (first.spec().generics(), first.spec().options());
-            let out = (&mut ct).partition(partition);
-            match (tf32, persistent) {
-                (false, false) => {
-                    let $l = matmul_kernels::gemm(out, &at, &bt).generics(g).compile_options(o);
-                    $finish
-                }
-                (true, false) => {
-                    let $l = matmul_kernels::gemm_tf32(out, &at, &bt).generics(g).compile_options(o);
-                    $finish
-                }
-                (false, true) => {
-                    let out = out.map(map.map(|t| t as usize), tiles.ctas as u32);
-                    let $l = matmul_kernels::gemm_persistent(out, &at, &bt).generics(g).compile_options(o);
-                    $finish
-                }
-                (true, true) => {
-                    let out = out.map(map.map(|t| t as usize), tiles.ctas as u32);
-                    let $l = matmul_kernels::gemm_tf32_persistent(out, &at, &bt).generics(g).compile_options(o);
-                    $finish
-                }
-            }
-        }};
+    let tile = || launch.tile::<3>("c");
+    let mapping = || launch.mapping("c");
+    match launch.kernel {
+        "gemm" => crate::typed_launch!(first, { let (mut ct, at, bt) = (tensor(c), tensor(a), tensor(b)); }
+            matmul_kernels::gemm((&mut ct).partition(tile()), &at, &bt)),
+        "gemm_tf32" => crate::typed_launch!(first, { let (mut ct, at, bt) = (tensor(c), tensor(a), tensor(b)); }
+            matmul_kernels::gemm_tf32((&mut ct).partition(tile()), &at, &bt)),
+        "gemm_persistent" => crate::typed_launch!(first, { let (mut ct, at, bt) = (tensor(c), tensor(a), tensor(b)); }
+            matmul_kernels::gemm_persistent((&mut ct).partition(tile()).map(mapping().0, mapping().1), &at, &bt)),
+        "gemm_tf32_persistent" => crate::typed_launch!(first, { let (mut ct, at, bt) = (tensor(c), tensor(a), tensor(b)); }
+            matmul_kernels::gemm_tf32_persistent((&mut ct).partition(tile()).map(mapping().0, mapping().1), &at, &bt)),
+        other => Err(OpError::invalid(format!("matmul has no kernel {other}"))),
     }
-    first.run(
-        |s| with_launcher!(|l| l.specialize_on(s).map(|k| k.into_l1_cache_key())),
-        // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
-        || with_launcher!(|l| unsafe { l.async_on(&first.stream) }.map(|_| ())),
-        || {
-            if persistent {
-                return Ok(None); // a mapped partition's arguments are cutile's to spell: no replay
-            }
-            let mut ct = tensor(c);
-            let grid = KernelOutputStored::<T>::grid(&(&mut ct).partition(partition))
-                .map_err(|e| OpError::invalid(format!("matmul launch grid: {e}")))?;
-            let args = Args::default()
-                .partition(0, &c.shape, &c.strides, &tile)
-                .tensor(1, &a.shape, &a.strides)
-                .tensor(2, &b.shape, &b.strides);
-            Ok(Some((grid, args)))
-        },
-    )
 }
 
 #[cfg(test)]
@@ -256,5 +210,18 @@ mod tests {
         let empty_k = view(DType::BF16, [2, 4, 0], [0, 0, 1]);
         let empty_b = view(DType::BF16, [2, 0, 8], [0, 8, 1]);
         assert!(check_views(&c, &empty_k, &empty_b, false).unwrap_err().message.contains("K = 0"));
+    }
+
+    #[test]
+    fn every_kernel_is_described_as_its_signature_reads() {
+        let (c, a, b) = (view(DType::F32, [1, 64, 64], [4096, 64, 1]), view(DType::F32, [1, 64, 32], [2048, 32, 1]), view(DType::F32, [1, 32, 64], [2048, 64, 1]));
+        let hints = Hints::checked(0, 0).unwrap();
+        for (kernel, group_m) in [("gemm", 0), ("gemm_tf32", 0), ("gemm_persistent", 8), ("gemm_tf32_persistent", 8)] {
+            let tiles = Tiles { block_m: 64, block_n: 64, block_k: 32, group_m, ctas: 132 };
+            let launch = describe([&c, &a, &b], kernel, tiles, hints);
+            crate::launch::signature::assert_matches_kernel(&launch);
+            // A persistent launch is never recorded: its mapped partition's arguments are cutile's.
+            assert_eq!(launch.args().is_none(), group_m > 0, "{kernel}");
+        }
     }
 }

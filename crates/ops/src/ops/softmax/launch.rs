@@ -3,12 +3,10 @@
 
 use super::kernel::softmax_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
-use crate::launch::{self, FirstLaunch, Key};
-use crate::replay::{Args, Value};
-use crate::spec::{check_block, Hints, KernelModule, KernelSpec};
+use crate::launch::{self, FirstLaunch, Launch, Param};
+use crate::spec::{check_block, Hints, KernelModule};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
-use cutile::tensor::KernelOutputStored;
 
 // The C export's flat scalar parameters, passed straight through.
 #[allow(clippy::too_many_arguments)]
@@ -57,14 +55,11 @@ pub fn softmax(
     let n_pad = i32::try_from(n_pad)
         .map_err(|_| OpError::invalid(format!("row length {n} rounded up to tiles of {block_n} overflows i32")))?;
     let kernel = Kernel::for_view(x, block_n);
-    let key = Key::new(KERNELS.name, kernel.name(), device).with(block_m).with(block_n).with(n_pad).hints(hints).tensor(x).tensor(y);
-    let values = [Value::Ptr(y.ptr), Value::Ptr(x.ptr)];
-    let tiles = [block_m, block_n, n_pad];
-    let spec = || spec(x, y, kernel, tiles, hints);
-    launch::enqueue("softmax", key, device, stream, &values, spec, |first| match x.dtype {
-        DType::F32 => launch_first::<f32>(first, x, y, kernel, tiles),
-        DType::F16 => launch_first::<f16>(first, x, y, kernel, tiles),
-        DType::BF16 => launch_first::<bf16>(first, x, y, kernel, tiles),
+    let launch = describe(x, y, kernel, [block_m, block_n, n_pad], hints);
+    launch::enqueue_launch("softmax", &launch, device, stream, |first| match x.dtype {
+        DType::F32 => launch_first::<f32>(first, &launch, x, y, kernel),
+        DType::F16 => launch_first::<f16>(first, &launch, x, y, kernel),
+        DType::BF16 => launch_first::<bf16>(first, &launch, x, y, kernel),
     })
 }
 
@@ -74,19 +69,19 @@ const KERNELS: KernelModule = KernelModule {
     source_hash: softmax_kernels::_SOURCE_HASH,
 };
 
-/// The launch as cutile specializes it: kernel, generics, hints, then the kernel's
-/// parameters in order (y's tiles, x, and the gather kernels' row stride).
-fn spec(x: &CheckedTensor, y: &CheckedTensor, kernel: Kernel, [block_m, block_n, n_pad]: [i32; 3], hints: Hints) -> KernelSpec {
+/// The launch: kernel, generics, hints, then the kernel's parameters in order (y's tiles
+/// (the whole row, or `[block_m, n_pad]` slabs), x, and the gather kernels' row stride).
+fn describe<'a>(x: &'a CheckedTensor, y: &'a CheckedTensor, kernel: Kernel, [block_m, block_n, n_pad]: [i32; 3], hints: Hints) -> Launch<'a> {
     let mut generics = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
+    let tile = if kernel.single_tile() { vec![block_m, block_n] } else { vec![block_m, n_pad] };
     if !kernel.single_tile() {
         generics.push(n_pad.to_string());
     }
-    let spec = KernelSpec::new(KERNELS, kernel.name(), generics, hints).tensor("y", y).tensor("x", x);
+    let mut params = vec![Param::Out("y", y, tile), Param::In("x", x)];
     if kernel.takes_row_stride() {
-        spec.int("x_row_stride", x.strides[0])
-    } else {
-        spec
+        params.push(Param::Int("x_row_stride", x.strides[0]));
     }
+    Launch { module: KERNELS, kernel: kernel.name(), generics, hints, params }
 }
 
 /// The kernel family a softmax row takes, which decides both the kernel (with
@@ -176,70 +171,27 @@ impl Kernel {
     }
 }
 
-/// cutile's launch of one variant; `[block_m, block_n, n_pad]` as `softmax` derived them.
-fn launch_first<T: cutile::DType>(
-    first: &FirstLaunch,
-    x: &CheckedTensor,
-    y: &CheckedTensor,
-    kernel: Kernel,
-    [block_m, block_n, n_pad]: [i32; 3],
-) -> OpResult<()> {
+/// cutile's typed launch of one variant, as `launch` describes it.
+fn launch_first<T: cutile::DType>(first: &FirstLaunch, launch: &Launch, x: &CheckedTensor, y: &CheckedTensor, kernel: Kernel) -> OpResult<()> {
     // SAFETY: torch owns both allocations and keeps them alive while the work
     // it ordered on the stream runs; y is a fresh output nobody else writes.
     let tensors = || unsafe { (first.borrow::<T>(x), first.borrow::<T>(y)) };
-    let single_tile = kernel.single_tile();
-    let tile = if single_tile { [block_m, block_n] } else { [block_m, n_pad] };
-    // This launch's launcher, handed to `$finish` as `$l` (the kernels' launcher types differ).
-    macro_rules! with_launcher {
-        (|$l:ident| $finish:expr) => {{
-            let (xt, mut yt) = tensors();
-            let (g, o) = (first.spec().generics(), first.spec().options());
-            let tiles = (&mut yt).partition(tile.map(|t| t as usize));
-            match kernel {
-                Kernel::Tile => {
-                    let $l = softmax_kernels::softmax_row_tile(tiles, &xt).generics(g).compile_options(o);
-                    $finish
-                }
-                Kernel::Gather => {
-                    let $l = softmax_kernels::softmax_row_gather(tiles, &xt, x.strides[0]).generics(g).compile_options(o);
-                    $finish
-                }
-                Kernel::Loop => {
-                    let $l = softmax_kernels::softmax_row_loop(tiles, &xt).generics(g).compile_options(o);
-                    $finish
-                }
-                Kernel::TileExact => {
-                    let $l = softmax_kernels::softmax_row_tile_exact(tiles, &xt).generics(g).compile_options(o);
-                    $finish
-                }
-                Kernel::LoopExact => {
-                    let $l = softmax_kernels::softmax_row_loop_exact(tiles, &xt).generics(g).compile_options(o);
-                    $finish
-                }
-                Kernel::LoopGather => {
-                    let $l =
-                        softmax_kernels::softmax_row_loop_gather(tiles, &xt, x.strides[0]).generics(g).compile_options(o);
-                    $finish
-                }
-            }
-        }};
+    let tile = || launch.tile::<2>("y");
+    let stride = || launch.int("x_row_stride");
+    match kernel {
+        Kernel::Tile => crate::typed_launch!(first, { let (xt, mut yt) = tensors(); }
+            softmax_kernels::softmax_row_tile((&mut yt).partition(tile()), &xt)),
+        Kernel::Gather => crate::typed_launch!(first, { let (xt, mut yt) = tensors(); }
+            softmax_kernels::softmax_row_gather((&mut yt).partition(tile()), &xt, stride())),
+        Kernel::Loop => crate::typed_launch!(first, { let (xt, mut yt) = tensors(); }
+            softmax_kernels::softmax_row_loop((&mut yt).partition(tile()), &xt)),
+        Kernel::TileExact => crate::typed_launch!(first, { let (xt, mut yt) = tensors(); }
+            softmax_kernels::softmax_row_tile_exact((&mut yt).partition(tile()), &xt)),
+        Kernel::LoopExact => crate::typed_launch!(first, { let (xt, mut yt) = tensors(); }
+            softmax_kernels::softmax_row_loop_exact((&mut yt).partition(tile()), &xt)),
+        Kernel::LoopGather => crate::typed_launch!(first, { let (xt, mut yt) = tensors(); }
+            softmax_kernels::softmax_row_loop_gather((&mut yt).partition(tile()), &xt, stride())),
     }
-    first.run(
-        |s| with_launcher!(|l| l.specialize_on(s).map(|spec| spec.into_l1_cache_key())),
-        // SAFETY (async_on): completion is ordered by the caller's stream, as for any torch op.
-        || with_launcher!(|l| unsafe { l.async_on(&first.stream) }.map(|_| ())),
-        || {
-            // The grid as cutile derives it from y's partition, and its arguments in its order.
-            let (_, mut yt) = tensors();
-            let grid = KernelOutputStored::<T>::grid(&(&mut yt).partition(tile.map(|t| t as usize)))
-                .map_err(|e| OpError::invalid(format!("softmax launch grid: {e}")))?;
-            let mut args = Args::default().partition(0, &y.shape, &y.strides, &tile).tensor(1, &x.shape, &x.strides);
-            if kernel.takes_row_stride() {
-                args = args.scalar(x.strides[0]);
-            }
-            Ok(Some((grid, args)))
-        },
-    )
 }
 
 #[cfg(test)]
@@ -276,5 +228,18 @@ mod tests {
         assert_eq!(pick(DType::F16, 8, 4, 4, 4), Kernel::Gather);
         assert_eq!(pick(DType::BF16, 8, 16384, 16385, 8192), Kernel::LoopGather);
         assert_eq!(pick(DType::BF16, 8, 16384, 16384, 8192), Kernel::LoopExact);
+    }
+
+    #[test]
+    fn every_kernel_is_described_as_its_signature_reads() {
+        let hints = Hints::checked(0, 0).unwrap();
+        let cases = [(DType::F32, 4096, 4096, 4096), (DType::F32, 4095, 4095, 4096), (DType::F32, 65535, 65535, 16384), (DType::F32, 65536, 65536, 16384)];
+        let gathers = [(DType::BF16, 1024, 1025, 1024), (DType::BF16, 16384, 16385, 8192)];
+        for (dtype, n, stride, block_n) in cases.into_iter().chain(gathers) {
+            let (x, y) = (view(dtype, 8, n, stride), view(dtype, 8, n, n));
+            let kernel = Kernel::for_view(&x, block_n);
+            let n_pad = (n + block_n - 1) / block_n * block_n;
+            crate::launch::signature::assert_matches_kernel(&describe(&x, &y, kernel, [1, block_n, n_pad], hints));
+        }
     }
 }
