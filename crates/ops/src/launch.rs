@@ -15,7 +15,7 @@
 //! a miss hands the op a [`FirstLaunch`], whose [`FirstLaunch::launch`] launches
 //! through cutile (`crate::warm_start`) and records the launch for the next time.
 
-use crate::abi::{CheckedTensor, IndexTensor, OpError, OpResult};
+use crate::abi::{CheckedTensor, DType, IndexTensor, OpError, OpResult};
 use crate::replay::{self, Args, Value};
 use crate::shipped;
 use crate::spec::{Hints, KernelModule, KernelSpec};
@@ -93,6 +93,29 @@ pub enum Param<'a> {
     F32(&'static str, f32),
 }
 
+/// One generic argument of a kernel: an element type or an integer constant. Kept as
+/// values (the replay key takes them as they are, with no text made per call); the
+/// spec spells them as cutile's launcher does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Generic {
+    Type(DType),
+    Int(i32),
+}
+
+impl Generic {
+    /// An element type, then integer constants.
+    pub fn list(types: &[DType], ints: &[i32]) -> Vec<Self> {
+        types.iter().map(|&t| Self::Type(t)).chain(ints.iter().map(|&i| Self::Int(i))).collect()
+    }
+
+    fn text(self) -> String {
+        match self {
+            Self::Type(t) => t.jit_name().to_string(),
+            Self::Int(i) => i.to_string(),
+        }
+    }
+}
+
 /// One launch of a kernel, written once by its op: everything the replay key, the
 /// launch's values, cutile's spec, the grid and the replay's arguments are derived from.
 #[derive(Clone)]
@@ -100,7 +123,7 @@ pub struct Launch<'a> {
     pub module: KernelModule,
     pub kernel: &'static str,
     /// The generic arguments in the kernel's order (element types, then tile constants).
-    pub generics: Vec<String>,
+    pub generics: Vec<Generic>,
     pub hints: Hints,
     pub params: Vec<Param<'a>>,
 }
@@ -109,9 +132,12 @@ impl Launch<'_> {
     /// The replay key on `device`: kernel, hints, generics, then each parameter but the
     /// float scalars (tensors by dtype, extents, strides and alignment; integers by value).
     pub fn key(&self, device: i32) -> Key {
-        let mut h = DefaultHasher::new();
-        self.generics.hash(&mut h);
-        let key = Key::new(self.module.name, self.kernel, device).hints(self.hints).with(h.finish() as i64);
+        let generics = self.generics.iter().map(|g| match *g {
+            Generic::Type(t) => t as i64,
+            Generic::Int(i) => i64::from(i),
+        });
+        let key =
+            generics.fold(Key::new(self.module.name, self.kernel, device).hints(self.hints), |key, g| key.with(g));
         self.params.iter().fold(key, |key, param| match param {
             Param::Out(_, t, tile) => tile.iter().fold(key.tensor(t), |key, &e| key.with(e)),
             Param::Mapped(_, t, tile, map, ctas) => {
@@ -144,7 +170,8 @@ impl Launch<'_> {
 
     /// What cutile specializes the launch on (crate::spec).
     pub fn spec(&self) -> KernelSpec {
-        let spec = KernelSpec::new(self.module, self.kernel, self.generics.clone(), self.hints);
+        let spec =
+            KernelSpec::new(self.module, self.kernel, self.generics.iter().map(|g| g.text()).collect(), self.hints);
         self.params.iter().fold(spec, |spec, param| match param {
             Param::Out(name, t, _) | Param::Mapped(name, t, ..) | Param::In(name, t) => spec.tensor(name, t),
             Param::Index(name, t) => spec.raw_tensor(name, t.ptr, &t.shape, &t.strides),
@@ -482,7 +509,7 @@ mod tests {
                 Param::Int("window", window),
             ];
             let hints = Hints::checked(0, 0).unwrap();
-            Launch { module: module(), kernel: "k", generics: vec!["bf16".into(), "4".into()], hints, params }
+            Launch { module: module(), kernel: "k", generics: Generic::list(&[DType::BF16], &[4]), hints, params }
         }
         let launch = |window, scale, q| launch(&out, &start, window, scale, q);
         let base = launch(128, 0.5, &q);
@@ -502,8 +529,10 @@ mod tests {
         assert_eq!(base.key(0).0, launch(128, 0.25, &moved).key(0).0);
         assert_ne!(base.key(0).0, launch(64, 0.5, &q).key(0).0);
         assert_ne!(base.key(0).0, launch(128, 0.5, &misaligned).key(0).0);
-        assert_ne!(base.key(0).0, Launch { generics: vec!["f16".into(), "4".into()], ..base.clone() }.key(0).0);
+        assert_ne!(base.key(0).0, Launch { generics: Generic::list(&[DType::F16], &[4]), ..base.clone() }.key(0).0);
+        assert_ne!(base.key(0).0, Launch { generics: Generic::list(&[DType::BF16], &[8]), ..base.clone() }.key(0).0);
         let spec = base.spec();
+        assert_eq!(spec.generics(), ["bf16", "4"]);
         let names: Vec<&str> = spec.spec_args.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!((names, spec.scalar_hints.len()), (vec!["out", "q", "start_q"], 1));
     }

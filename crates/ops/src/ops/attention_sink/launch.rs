@@ -4,7 +4,7 @@
 
 use super::kernel::attention_sink_kernels;
 use crate::abi::{CheckedTensor, DType, IndexTensor, OpError, OpResult};
-use crate::launch::{self, FirstLaunch, Launch, Param};
+use crate::launch::{self, FirstLaunch, Generic, Launch, Param};
 use crate::spec::{check_block, Hints, KernelModule};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
@@ -188,8 +188,7 @@ fn describe<'a>(views: &'a Views, config: Config, hints: Hints, scale: f32, wind
     let Views { out, q, k, v, sinks, start_q, partials } = views;
     let Config { group, head_dim: d, block_q: bq, heads_per_tile: gt, block_n: bn, splits, latency, .. } = config;
     let (bm, gd) = (bq * gt, gt * d);
-    let types = [q.dtype.jit_name().to_string(), sinks.dtype.jit_name().to_string()];
-    let generics = |tiles: &[i32]| types.iter().cloned().chain(tiles.iter().map(|t| t.to_string())).collect();
+    let generics = |tiles: &[i32]| Generic::list(&[q.dtype, sinks.dtype], tiles);
     let inputs = || [Param::In("q", q), Param::In("k", k), Param::In("v", v), Param::In("sinks", sinks), Param::Index("start_q", start_q)];
     let out_tile = vec![1, bq, gd];
     let (kernel, generics, params) = match (stage, partials) {

@@ -3,7 +3,7 @@
 
 use super::kernel::matmul_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
-use crate::launch::{self, FirstLaunch, Launch, Param};
+use crate::launch::{self, FirstLaunch, Generic, Launch, Param};
 use crate::spec::{check_block, Hints, KernelModule};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
@@ -107,12 +107,11 @@ pub fn matmul(
 /// The launch of `kernel`: c's `[1, block_m, block_n]` tiles (mapped over `ctas` CTAs for the
 /// persistent kernels, whose map is a generic), a, b.
 fn describe<'a>([c, a, b]: [&'a CheckedTensor; 3], kernel: &'static str, tiles: Tiles, hints: Hints) -> Launch<'a> {
-    let mut generics = vec![c.dtype.jit_name().to_string()];
-    generics.extend([tiles.block_m, tiles.block_n, tiles.block_k].map(|t| t.to_string()));
+    let mut generics = Generic::list(&[c.dtype], &[tiles.block_m, tiles.block_n, tiles.block_k]);
     let tile = vec![1, tiles.block_m, tiles.block_n];
     let out = if tiles.group_m > 0 {
         let map = persistent_map(tiles);
-        generics.extend(map.map(|t| t.to_string()));
+        generics.extend(map.map(Generic::Int));
         Param::Mapped("c", c, tile, map, tiles.ctas)
     } else {
         Param::Out("c", c, tile)

@@ -3,7 +3,7 @@
 
 use super::kernel::softmax_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
-use crate::launch::{self, FirstLaunch, Launch, Param};
+use crate::launch::{self, FirstLaunch, Generic, Launch, Param};
 use crate::spec::{check_block, Hints, KernelModule};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
@@ -72,10 +72,10 @@ const KERNELS: KernelModule = KernelModule {
 /// The launch: kernel, generics, hints, then the kernel's parameters in order (y's tiles
 /// (the whole row, or `[block_m, n_pad]` slabs), x, and the gather kernels' row stride).
 fn describe<'a>(x: &'a CheckedTensor, y: &'a CheckedTensor, kernel: Kernel, [block_m, block_n, n_pad]: [i32; 3], hints: Hints) -> Launch<'a> {
-    let mut generics = vec![x.dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()];
+    let mut generics = Generic::list(&[x.dtype], &[block_m, block_n]);
     let tile = if kernel.single_tile() { vec![block_m, block_n] } else { vec![block_m, n_pad] };
     if !kernel.single_tile() {
-        generics.push(n_pad.to_string());
+        generics.push(Generic::Int(n_pad));
     }
     let mut params = vec![Param::Out("y", y, tile), Param::In("x", x)];
     if kernel.takes_row_stride() {

@@ -3,7 +3,7 @@
 
 use super::kernel::swiglu_kernels;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
-use crate::launch::{self, FirstLaunch, Launch, Param};
+use crate::launch::{self, FirstLaunch, Generic, Launch, Param};
 use crate::spec::{check_block, Hints, KernelModule};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
@@ -70,8 +70,8 @@ const KERNELS: KernelModule = KernelModule {
 };
 
 /// Both kernels' generics: the element type and the tile.
-fn generics(dtype: DType, block_m: i32, block_n: i32) -> Vec<String> {
-    vec![dtype.jit_name().to_string(), block_m.to_string(), block_n.to_string()]
+fn generics(dtype: DType, block_m: i32, block_n: i32) -> Vec<Generic> {
+    Generic::list(&[dtype], &[block_m, block_n])
 }
 
 /// The forward's launch: y = silu(a) * b, `[block_m, block_n]` tiles of y.
