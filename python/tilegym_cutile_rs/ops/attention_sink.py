@@ -89,7 +89,7 @@ def _problem(dtype: Any, batch: int, s_q: int, s_kv: int, kv_heads: int, group: 
 
 def attention_sink_config(
     batch: int, s_q: int, s_kv: int, kv_heads: int, group: int, head_dim: int, window: int, sms: int,
-    dtype: Any = "bfloat16", device: int | None = None,
+    dtype: torch.dtype | str = "bfloat16", device: int | None = None,
 ) -> AttentionSinkConfig:
     """The heuristic's config for a call (`window` 0: none) of `dtype` on CUDA device `device`
     (default: the current one) of `sms` SMs: the nearest problem of its fitted table
@@ -127,7 +127,7 @@ def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Prob
 
 def attention_sink_candidates(
     batch: int, s_q: int, s_kv: int, kv_heads: int, group: int, head_dim: int, window: int, sms: int,
-    dtype: Any = "bfloat16", device: int | None = None,
+    dtype: torch.dtype | str = "bfloat16", device: int | None = None,
 ) -> list[AttentionSinkConfig]:
     """The autotuner's search space: the rule's and the fitted config, rows per CTA, key tile,
     splits, occupancy, and the K/V loads with tileiras' latency or a hint of 4."""
