@@ -262,3 +262,14 @@ def test_an_attention_fit_keeps_its_rows_and_takes_the_rules_splits_elsewhere(ta
     tune.write_table(_tuned.path("attention_sink"), "attention_sink", "sm_90", H100, META, [entry(["float16", *prefill[1:]], list(fitted_f16))])
     _tuned.table.cache_clear()
     assert at.attention_sink_config(1, 4096, 4096, 8, 8, 128, 0, 132, "float16", 0) == fitted_f16
+
+
+def test_float16_takes_bfloat16s_fit_until_it_has_its_own_and_float32_never(tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tune = tune_module()
+    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, META, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8])])
+    on_device(monkeypatch, "sm_90", H100, 132)
+    assert sw.swiglu_config(4096, 14336, "float16", 0) == sw.SwigluConfig(1, 16384, 0, 8)  # type: ignore[arg-type]
+    assert sw.swiglu_config(4096, 14336, "float32", 0) == sw.swiglu_rule(4096, 14336, "float32")  # type: ignore[arg-type]
+    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, META, [entry(["float16", 4096, 14336], [2, 8192, 0, 4])])
+    _tuned.table.cache_clear()
+    assert sw.swiglu_config(4096, 14336, "float16", 0) == sw.SwigluConfig(2, 8192, 0, 4)  # type: ignore[arg-type]

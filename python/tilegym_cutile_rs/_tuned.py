@@ -202,10 +202,13 @@ def current_device(index: int) -> tuple[str, str | None, int]:
 
 
 def fitted(table_name: str, problem: Problem, index: int | None, rule: Callable[[], tuple[int, ...]],
-           adapt: Callable[[tuple[int, ...], Problem, Problem], tuple[int, ...] | None] | None = None) -> tuple[int, ...]:
+           adapt: Callable[[tuple[int, ...], Problem, Problem], tuple[int, ...] | None] | None = None,
+           stand_in: str | None = None) -> tuple[int, ...]:
     """The config table `table_name` fits to `problem` on device `index` (None: the current
     CUDA device, and the rule where there is none), through `adapt` (as `Tuning.adapt`), else
-    `rule()`. A problem with an empty extent (nothing to launch) takes the rule."""
+    `rule()`. Where the table has no entry of the problem's dtype, those of dtype `stand_in`
+    serve (e.g. bfloat16's for float16: the same kernels on operands of the same size). A
+    problem with an empty extent (nothing to launch) takes the rule."""
     if any(v <= 0 for v in problem[1:]):
         return rule()
     if index is None:
@@ -217,6 +220,8 @@ def fitted(table_name: str, problem: Problem, index: int | None, rule: Callable[
     arch, name, sms = current_device(index)
     fit = _device_fit(table_name, arch, name, sms)
     entry = nearest(fit["entries"], problem) if fit else None
+    if entry is None and fit and stand_in is not None:
+        entry = nearest(fit["entries"], (stand_in, *problem[1:]))
     if entry is None:
         return rule()
     config = tuple(entry["config"])

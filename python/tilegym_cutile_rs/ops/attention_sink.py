@@ -96,24 +96,21 @@ def attention_sink_config(
     (benchmarks/tune.py attention_sink, tuned/attention_sink.json) made fit for this call;
     float16 without a fit of its own takes bfloat16's (the same kernels on 2-byte operands);
     else `attention_sink_rule`."""
-    def lookup(dtype: Any, rule: Any) -> Any:
-        problem = _problem(dtype, batch, s_q, s_kv, kv_heads, group, head_dim, window)
-        return _tuned.fitted("attention_sink", problem, device, rule, lambda c, p, f: _adapt(c, p, f, sms))
-
-    def rule() -> AttentionSinkConfig:
-        return attention_sink_rule(batch, s_q, s_kv, kv_heads, group, head_dim, window, sms)
-
-    if _tuned.problem(dtype)[0] == "float16":
-        return AttentionSinkConfig(*lookup(dtype, lambda: lookup("bfloat16", rule)))
-    return AttentionSinkConfig(*lookup(dtype, rule))
+    problem = _problem(dtype, batch, s_q, s_kv, kv_heads, group, head_dim, window)
+    return AttentionSinkConfig(*_tuned.fitted(
+        "attention_sink", problem, device,
+        lambda: attention_sink_rule(batch, s_q, s_kv, kv_heads, group, head_dim, window, sms),
+        lambda config, problem, fitted: _adapt(config, problem, fitted, sms),
+        stand_in="bfloat16",
+    ))
 
 
 def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem, sms: int) -> tuple[int, ...] | None:
     """A fitted config for a nearby call: its rows per CTA regrouped for this group's heads per
     tile, no more query positions than the call has, and the rule's splits for that tiling
     (a split count fits only its own grid); None where the rows do not fit the head dim."""
-    if problem == fitted:
-        return config
+    if problem[1:] == fitted[1:]:
+        return config  # where it was measured (or its stand-in dtype was)
     _, batch, s_q, s_kv, kv_heads, group, d, window = problem
     window = 0 if window >= s_kv + s_q else window
     c = AttentionSinkConfig(*config)

@@ -43,9 +43,12 @@ def swiglu_config(m: int, h: int, dtype: torch.dtype, device: int | None = None,
     """The heuristic's config for `[m, h]` operands of `dtype` on CUDA device `device`
     (default: the current one), for the forward kernel or with `backward` the backward one:
     the nearest problem of its fitted table (benchmarks/tune.py, tuned/swiglu.json or
-    tuned/swiglu_backward.json), else `swiglu_rule`."""
+    tuned/swiglu_backward.json; float16 without a fit of its own takes bfloat16's: the same
+    bytes per element), else `swiglu_rule`."""
     table = "swiglu_backward" if backward else "swiglu"
-    return SwigluConfig(*_tuned.fitted(table, _tuned.problem(dtype, m, h), device, lambda: swiglu_rule(m, h, dtype), _adapt))
+    problem = _tuned.problem(dtype, m, h)
+    stand_in = "bfloat16" if problem[0] == "float16" else None
+    return SwigluConfig(*_tuned.fitted(table, problem, device, lambda: swiglu_rule(m, h, dtype), _adapt, stand_in))
 
 
 def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem) -> tuple[int, ...]:
