@@ -21,3 +21,4 @@ pub mod spec;
 pub mod warm_start;
 
 include!(concat!(env!("OUT_DIR"), "/ops.rs"));
+include!(concat!(env!("OUT_DIR"), "/op_abi.rs"));

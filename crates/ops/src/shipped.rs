@@ -42,13 +42,20 @@ const IDENTITY_MAGIC: &str = "tilegym-cutile-rs shipped kernel v1";
 const ENTRY_TOOLCHAIN: &str = "shipped";
 
 /// The shipped-kernel identity of a resolved key: SHA-256 over this library's
-/// version and ABI fingerprint and the key's every field but the device ordinal
-/// and the tileiras fingerprint (its Debug form spells them all, private ones included).
+/// version, the ABI fingerprint of the key's op and the key's every field but the device
+/// ordinal and the tileiras fingerprint (its Debug form spells them all, private ones
+/// included, the kernel module's name among them).
 pub fn identity(key: &TileFunctionKey) -> Option<[u8; 32]> {
     let described = without_field(&without_field(&format!("{key:?}"), "device_id")?, "tileiras_fingerprint")?;
-    let text =
-        format!("{IDENTITY_MAGIC}\0{}\0{}\0{described}", env!("CARGO_PKG_VERSION"), env!("CUTILE_ABI_FINGERPRINT"));
+    let text = format!("{IDENTITY_MAGIC}\0{}\0{}\0{described}", env!("CARGO_PKG_VERSION"), op_abi(key.module_name()));
     Some(Sha256::digest(text.as_bytes()).into())
+}
+
+/// The ABI fingerprint of the op whose kernel module is `module` (`<op>_kernels`); a module
+/// of no op's name takes the whole library's.
+fn op_abi(module: &str) -> &'static str {
+    let op = module.strip_suffix("_kernels").unwrap_or(module);
+    crate::OP_ABI.iter().find(|(name, _)| *name == op).map_or(env!("CUTILE_ABI_FINGERPRINT"), |(_, abi)| abi)
 }
 
 /// `debug` with the value of its field `name` (a number or a quoted string) removed.
@@ -365,6 +372,24 @@ mod tests {
         let other_arch =
             TileFunctionKey::builder("m", "f").generics(vec!["f16".into(), "64".into()]).gpu_name("sm_100").build();
         assert_ne!(identity(&other_arch), Some(base));
+    }
+
+    #[test]
+    fn each_op_has_its_own_abi_fingerprint_in_its_kernels_identity() {
+        let names: Vec<&str> = crate::OP_ABI.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, crate::OPS);
+        let distinct: HashSet<&str> = crate::OP_ABI.iter().map(|(_, abi)| *abi).collect();
+        assert_eq!(distinct.len(), crate::OPS.len(), "one op's exports never stand for another's");
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/ops");
+        for (op, abi) in crate::OP_ABI {
+            // The identity finds an op's fingerprint by its kernel module's name, `<op>_kernels`.
+            let kernel = std::fs::read_to_string(src.join(op).join("kernel.rs")).unwrap();
+            assert!(kernel.contains(&format!("pub mod {op}_kernels")), "{op}'s kernel module is not {op}_kernels");
+            assert_eq!(op_abi(&format!("{op}_kernels")), *abi);
+            let of = |module: &str| identity(&TileFunctionKey::builder(module, "f").gpu_name("sm_90").build());
+            assert_ne!(of(&format!("{op}_kernels")), of("other_kernels"));
+        }
+        assert_eq!(op_abi("no_such_op_kernels"), env!("CUTILE_ABI_FINGERPRINT"));
     }
 
     #[test]
