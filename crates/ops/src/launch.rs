@@ -65,6 +65,14 @@ impl Key {
         self
     }
 
+    /// Adds an int32 index tensor (attention's start_q) as [`Self::tensor`] adds a float one.
+    pub fn index(mut self, t: &IndexTensor) -> Self {
+        self.0.push(t.shape.len() as i64);
+        self.0.extend(t.shape.iter().chain(&t.strides).map(|&v| i64::from(v)));
+        self.0.push(i64::from(DivHint::from_ptr(t.ptr).divisor));
+        self
+    }
+
     /// A hash of the whole key, for the warm-start index's first-sight set.
     fn signature(&self) -> u64 {
         let mut h = DefaultHasher::new();
@@ -144,11 +152,7 @@ impl Launch<'_> {
                 tile.iter().chain(map).fold(key.tensor(t), |key, &e| key.with(e)).with(*ctas)
             }
             Param::In(_, t) => key.tensor(t),
-            Param::Index(_, t) => {
-                let key = key.with(t.shape.len() as i64);
-                let key = t.shape.iter().chain(&t.strides).fold(key, |key, &e| key.with(e));
-                key.with(DivHint::from_ptr(t.ptr).divisor)
-            }
+            Param::Index(_, t) => key.index(t),
             Param::Int(_, v) => key.with(*v),
             Param::F32(..) => key,
         })
@@ -194,54 +198,48 @@ impl Launch<'_> {
         })
     }
 
-    /// The tile of output `name`, for the typed launcher's `partition`.
+    /// What `pick` finds in the parameter named `name` (its `what`), for the typed launcher.
     ///
     /// # Panics
-    /// When the description has no such output of rank `N` (a defect of the op's launch).
-    pub fn tile<const N: usize>(&self, name: &str) -> [usize; N] {
-        let tile = self.params.iter().find_map(|p| match p {
-            Param::Out(n, _, tile) | Param::Mapped(n, _, tile, ..) if *n == name => Some(tile),
-            _ => None,
+    /// When the description has no such parameter (a defect of the op's launch).
+    fn named<T>(&self, name: &str, what: &str, pick: impl Fn(&Param) -> Option<T>) -> T {
+        let param = self.params.iter().find(|p| match p {
+            Param::Out(n, ..)
+            | Param::Mapped(n, ..)
+            | Param::In(n, _)
+            | Param::Index(n, _)
+            | Param::Int(n, _)
+            | Param::F32(n, _) => *n == name,
         });
-        let edges: Vec<usize> =
-            tile.unwrap_or_else(|| panic!("{}: no output {name}", self.kernel)).iter().map(|&e| e as usize).collect();
-        edges.try_into().unwrap_or_else(|_| panic!("{}: output {name} is not of rank {N}", self.kernel))
+        param.and_then(pick).unwrap_or_else(|| panic!("{}: no {what} {name}", self.kernel))
+    }
+
+    /// The tile of output `name`, for the typed launcher's `partition`.
+    pub fn tile<const N: usize>(&self, name: &str) -> [usize; N] {
+        self.named(name, &format!("output of rank {N}"), |p| match p {
+            Param::Out(_, _, tile) | Param::Mapped(_, _, tile, ..) => {
+                tile.iter().map(|&e| e as usize).collect::<Vec<_>>().try_into().ok()
+            }
+            _ => None,
+        })
     }
 
     /// The map and CTA count of mapped output `name`, for the typed launcher's `map`.
-    ///
-    /// # Panics
-    /// When the description has no such mapped output (a defect of the op's launch).
     pub fn mapping(&self, name: &str) -> ([usize; 3], u32) {
-        let found = self.params.iter().find_map(|p| match p {
-            Param::Mapped(n, _, _, map, ctas) if *n == name => Some((map.map(|e| e as usize), *ctas as u32)),
+        self.named(name, "mapped output", |p| match p {
+            Param::Mapped(_, _, _, map, ctas) => Some((map.map(|e| e as usize), *ctas as u32)),
             _ => None,
-        });
-        found.unwrap_or_else(|| panic!("{}: no mapped output {name}", self.kernel))
+        })
     }
 
     /// The integer scalar `name`, for the typed launcher.
-    ///
-    /// # Panics
-    /// When the description has no such parameter (a defect of the op's launch).
     pub fn int(&self, name: &str) -> i32 {
-        let value = self.params.iter().find_map(|p| match p {
-            Param::Int(n, v) if *n == name => Some(*v),
-            _ => None,
-        });
-        value.unwrap_or_else(|| panic!("{}: no integer parameter {name}", self.kernel))
+        self.named(name, "integer parameter", |p| if let Param::Int(_, v) = p { Some(*v) } else { None })
     }
 
     /// The float scalar `name`, for the typed launcher.
-    ///
-    /// # Panics
-    /// When the description has no such parameter (a defect of the op's launch).
     pub fn float(&self, name: &str) -> f32 {
-        let value = self.params.iter().find_map(|p| match p {
-            Param::F32(n, v) if *n == name => Some(*v),
-            _ => None,
-        });
-        value.unwrap_or_else(|| panic!("{}: no float parameter {name}", self.kernel))
+        self.named(name, "float parameter", |p| if let Param::F32(_, v) = p { Some(*v) } else { None })
     }
 
     /// The grid cutile infers from the first output's partition: one CTA per tile,
@@ -255,18 +253,15 @@ impl Launch<'_> {
                 self.kernel
             )));
         };
-        let tiles = |axis: usize| match (t.shape.get(axis), tile.get(axis)) {
-            (Some(&extent), Some(&edge)) if extent > 0 && edge > 0 => Ok((extent as u32).div_ceil(edge as u32)),
-            (None, None) => Ok(1),
-            _ => Err(OpError::invalid(format!("{}: output {:?} does not take tiles {tile:?}", self.kernel, t.shape))),
-        };
-        if t.shape.len() != tile.len() || t.shape.len() > 3 {
+        let fits = t.shape.len() == tile.len() && t.shape.len() <= 3;
+        if !fits || t.shape.iter().chain(tile).any(|&e| e <= 0) {
             return Err(OpError::invalid(format!(
                 "{}: output {:?} does not take tiles {tile:?}",
                 self.kernel, t.shape
             )));
         }
-        Ok((tiles(0)?, tiles(1)?, tiles(2)?))
+        let tiles = |axis: usize| t.shape.get(axis).map_or(1, |&extent| (extent as u32).div_ceil(tile[axis] as u32));
+        Ok((tiles(0), tiles(1), tiles(2)))
     }
 }
 
@@ -296,9 +291,13 @@ macro_rules! typed_launch {
     }};
 }
 
-/// Enqueues `launch` of `op` (its key, values and spec from the one description); a
-/// first launch goes to `first`, whose [`FirstLaunch::launch`] records it for replay
-/// with the description's grid and arguments.
+/// Enqueues `launch` of `op` on the caller's `stream` of `device`, without waiting for it:
+/// its key, values and spec all come from the one description. A launch equal to one
+/// recorded before (same key) is replayed with this launch's values; otherwise `first`
+/// launches it through cutile with the [`FirstLaunch`] it is given, whose
+/// [`FirstLaunch::launch`] records it for replay with the description's grid and
+/// arguments. In describe mode ([`crate::shipped`]) the spec is recorded and nothing
+/// touches the GPU.
 pub fn enqueue_launch(
     op: &'static str,
     launch: &Launch,
@@ -306,42 +305,24 @@ pub fn enqueue_launch(
     stream: u64,
     first: impl FnOnce(&FirstLaunch) -> OpResult<()>,
 ) -> OpResult<()> {
-    let described = || match launch.args() {
-        Some(args) => Ok(Some((launch.grid()?, args))),
-        None => Ok(None),
-    };
-    enqueue(op, launch.key(device), device, stream, &launch.values(), || launch.spec(), described, first)
-}
-
-/// Enqueues one launch of `op`'s kernel on the caller's `stream` of `device`, without
-/// waiting for it. `values` are the launch's data pointers and the scalars its key does
-/// not pin. A launch equal to one recorded before (same key) is replayed; otherwise
-/// `first` launches it through cutile with the [`FirstLaunch`] it is given, carrying
-/// `spec()` and the replay's grid and arguments (`described`, made only on a miss). In
-/// describe mode ([`crate::shipped`]) the spec is recorded and nothing touches the GPU.
-#[allow(clippy::too_many_arguments)]
-fn enqueue(
-    op: &'static str,
-    key: Key,
-    device: i32,
-    stream: u64,
-    values: &[Value],
-    spec: impl FnOnce() -> KernelSpec,
-    described: impl FnOnce() -> OpResult<Option<((u32, u32, u32), Args)>>,
-    first: impl FnOnce(&FirstLaunch) -> OpResult<()>,
-) -> OpResult<()> {
     if shipped::describing() {
-        shipped::describe(spec());
+        shipped::describe(launch.spec());
         return Ok(());
     }
     let ctx = runtime::context(device)?;
+    let key = launch.key(device);
     if let Some(replay) = replay::get(&key.0) {
         // SAFETY: the op checked its views against the extents the key records; the
         // caller (torch) keeps the allocations and the stream alive, as for any launch.
-        return unsafe { replay.launch(stream, values) }.map_err(|e| runtime::launch_error(op, DeviceError::Driver(e)));
+        return unsafe { replay.launch(stream, &launch.values()) }
+            .map_err(|e| runtime::launch_error(op, DeviceError::Driver(e)));
     }
+    let replay = match launch.args() {
+        Some(args) => Some((launch.grid()?, args)),
+        None => None,
+    };
     let stream = runtime::borrow_stream(&ctx, stream);
-    first(&FirstLaunch { ctx, stream, op, key, spec: spec(), replay: described()? })
+    first(&FirstLaunch { ctx, stream, op, key, spec: launch.spec(), replay })
 }
 
 /// A launch that was not recorded yet, for the op to make through cutile.

@@ -111,8 +111,7 @@ def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Prob
     (a split count fits only its own grid); None where the rows do not fit the head dim."""
     if problem[1:] == fitted[1:]:
         return config  # where it was measured (or its stand-in dtype was)
-    _, batch, s_q, s_kv, kv_heads, group, d, window = problem
-    window = 0 if window >= s_kv + s_q else window
+    _, batch, s_q, s_kv, kv_heads, group, d, window = _unpack(problem)
     c = AttentionSinkConfig(*config)
     gt = _heads_per_tile(group)
     block_q = max(1, min((c.block_q * c.heads_per_tile) // gt, _op.next_pow2(s_q)), _min_rows(d) // gt)
