@@ -1,0 +1,382 @@
+"""rms_norm(x, weight, eps, offset) = x / sqrt(mean(x^2, -1) + eps) * (weight + offset):
+cuTile Rust kernels, forward and backward (dx and dweight), float32/float16/bfloat16; and
+the RMSNorm modules TileGym's model patches put in place of a model's own."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .. import _device, _op
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["RmsNormConfig", "rms_norm", "rms_norm_rule"]
+
+SUPPORTED = ("float32", "float16", "bfloat16")
+FORWARD, BACKWARD, WEIGHT_GRAD = "cutile_rms_norm_forward", "cutile_rms_norm_backward", "cutile_rms_norm_dw"
+# A row is one tile in registers (forward: x and the weight; backward: x, dy, the weight
+# and the dweight partial), so rows stop here; LLM hidden sizes reach 16384 (Llama 3 405B).
+MAX_N = 16384
+
+
+class RmsNormConfig(NamedTuple):
+    """An rms_norm launch: `block_m` rows per tile (a power of two; a tile spans a whole row),
+    with `occupancy` CTAs per SM and `warps` worker warps per CTA (0: tileiras' choice)."""
+
+    block_m: int
+    occupancy: int = 0
+    warps: int = 0
+
+
+# The rule (not fitted on a GPU yet): tiles of about TILE_ELEMENTS elements.
+TILE_ELEMENTS = 4096
+# The backward's CTAs each walk rows (a power of two) to keep about this many CTAs per SM,
+# then write one float32 dweight partial row each.
+BACKWARD_CTAS_PER_SM = 2
+# The dweight reduction: PART_ROWS partial rows by DW_COLUMNS columns a step.
+PART_ROWS, DW_COLUMNS = 32, 64
+
+
+def rms_norm_rule(m: int, n: int, dtype: torch.dtype | str) -> RmsNormConfig:
+    """The config for `[m, n]` rows of `dtype`: rows per tile filling TILE_ELEMENTS."""
+    return RmsNormConfig(min(max(1, TILE_ELEMENTS // _op.next_pow2(n)), _op.next_pow2(m)))
+
+
+def _backward_rows(m: int, block_m: int, sms: int) -> int:
+    """Rows each backward CTA walks: a power of two, at least block_m, for about
+    BACKWARD_CTAS_PER_SM CTAs per SM."""
+    return max(block_m, _op.next_pow2(-(-m // (BACKWARD_CTAS_PER_SM * sms))))
+
+
+def _rows(t: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """`t` as an `[m, n]` view the kernels read in place (unit column stride), else a copy."""
+    t2 = t.reshape(m, n)
+    if (n > 1 and t2.stride(1) != 1) or (m > 1 and t2.stride(0) < n):
+        t2 = t2.contiguous()
+    return t2
+
+
+def _check_alike(x: torch.Tensor, weight: torch.Tensor) -> None:
+    """The checks that need no data (the fake implementations make them too)."""
+    import torch
+
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"rms_norm supports {', '.join(SUPPORTED)}; got {x.dtype}. Cast it, e.g. x.float()")
+    if weight.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"rms_norm: weight must be float32, float16 or bfloat16, got {weight.dtype}")
+    n = x.shape[-1] if x.dim() else 0
+    if x.dim() == 0 or tuple(weight.shape) != (n,):
+        raise ValueError(f"rms_norm: weight must have shape [N] for x of shape [..., N]; got x {tuple(x.shape)}, weight {tuple(weight.shape)}")
+    if n > MAX_N:
+        raise ValueError(f"rms_norm normalizes rows of up to {MAX_N} elements; x's last dim is {n}")
+    if x.device != weight.device:
+        raise ValueError(f"rms_norm: x and weight must be on one device, got {x.device} and {weight.device}")
+
+
+def _check_scalars(eps: float, offset: float) -> None:
+    import math
+
+    if not (math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"rms_norm: eps must be finite and >= 0, got {eps}")
+    if not math.isfinite(offset):
+        raise ValueError(f"rms_norm: offset must be finite, got {offset}")
+
+
+def _check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> None:
+    import torch
+
+    for name, t in (("x", x), ("weight", weight)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"rms_norm takes torch.Tensor x and weight; {name} is {type(t).__name__}")
+    _device.check_cuda_tensor(x, "rms_norm")
+    _check_alike(x, weight)
+    _check_scalars(eps, offset)
+
+
+def _config(x2: torch.Tensor, config: Any) -> RmsNormConfig:
+    if config is not None:
+        return _op.check_config(config, RmsNormConfig)
+    return rms_norm_rule(x2.shape[0], x2.shape[1], x2.dtype)
+
+
+def _forward(x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config: Any) -> torch.Tensor:
+    """y of x's shape (contiguous) from the forward kernel; w of x's dtype."""
+    import torch
+
+    n = x.shape[-1]
+    m = x.numel() // max(n, 1)
+    x2 = _rows(x, m, n)
+    y2 = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m and n:
+        index = _op.device_index(x)
+        _device.prepare(index)
+        block_m, occupancy, warps = _config(x2, config)
+        args = (*_op.tensor_descs(y2, x2, w.contiguous()), float(eps), float(offset), block_m, _op.next_pow2(n), occupancy, warps)
+        _op.call("rms_norm", FORWARD, args, index, ("rms_norm", x.dtype, (m, n), "config", (block_m, occupancy, warps)))
+    return y2.view(x.shape)
+
+
+def _backward(
+    dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """dx (x's shape) and dweight (w's shape and dtype) from the backward and dweight kernels."""
+    import torch
+
+    n = x.shape[-1]
+    m = x.numel() // max(n, 1)
+    if m == 0 or n == 0:
+        return torch.zeros_like(x), torch.zeros_like(w)
+    x2, dy2 = _rows(x, m, n), _rows(dy, m, n)
+    index = _op.device_index(x)
+    _device.prepare(index)
+    block_m, occupancy, warps = _config(x2, config)
+    rows = _backward_rows(m, block_m, _device.sm_count(index))
+    dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    part = torch.empty((-(-m // rows), n), dtype=torch.float32, device=x.device)
+    w = w.contiguous()
+    args = (*_op.tensor_descs(dx, part, dy2, x2, w), float(eps), float(offset), block_m, _op.next_pow2(n), rows, occupancy, warps)
+    _op.call("rms_norm backward", BACKWARD, args, index, ("rms_norm backward", x.dtype, (m, n), "config", (block_m, rows)))
+    dw = torch.empty((n,), dtype=w.dtype, device=x.device)
+    part_rows, columns = min(PART_ROWS, _op.next_pow2(part.shape[0])), min(DW_COLUMNS, _op.next_pow2(n))
+    _op.call("rms_norm dw", WEIGHT_GRAD, (*_op.tensor_descs(dw, part), part_rows, columns, 0, 0), index,
+             ("rms_norm dw", w.dtype, tuple(part.shape), "config", (part_rows, columns)))
+    return dx.view(x.shape), dw
+
+
+@functools.cache
+def _autograd_function() -> Any:
+    import torch
+
+    class RmsNorm(torch.autograd.Function):
+        """Our kernels both ways; rstd is recomputed in the backward from the x it reads."""
+
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config: Any) -> torch.Tensor:
+            ctx.eps, ctx.offset, ctx.config = eps, offset, config
+            ctx.save_for_backward(x, w)
+            return _forward(x, w, eps, offset, config)
+
+        @staticmethod
+        def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None, None]:
+            x, w = ctx.saved_tensors
+            dx, dw = _backward(dy, x, w, ctx.eps, ctx.offset, ctx.config)
+            return dx, dw, None, None, None
+
+    return RmsNorm
+
+
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    offset: float = 0.0,
+    *,
+    config: RmsNormConfig | tuple[int, ...] | None = None,
+) -> torch.Tensor:
+    """x / sqrt(mean(x^2, -1) + eps) * (weight + offset) over x's last dim (up to 16384
+    elements), computed in float32 and rounded once, returned as a new contiguous tensor of
+    x's shape and dtype (float32, float16, bfloat16). `offset=1.0` is Gemma's `1 + weight`.
+
+    weight: `[N]` on x's device; another float dtype than x's is cast to x's first (the
+    gradient flows back through the cast). Rows with a unit last-dim stride are read in
+    place. Runs on the current stream without blocking the host (CUDA-graph capturable).
+    Gradients flow to x and weight through our backward kernels (rstd recomputed, not
+    saved). `config=RmsNormConfig(block_m, occupancy, warps)` overrides the rule.
+    Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.rms_norm.
+    """
+    if _op.is_compiling():
+        result: torch.Tensor = _op.torch_ops().rms_norm(x, weight, float(eps), float(offset), list(config or ()))
+        return result
+    import torch
+
+    if _op.fake(x, weight):
+        on_fake: torch.Tensor = _op.register_torch_ops().rms_norm(x, weight, float(eps), float(offset), list(config or ()))
+        return on_fake
+    _check_inputs(x, weight, eps, offset)
+    w = weight if weight.dtype == x.dtype else weight.to(x.dtype)
+    if (x.requires_grad or w.requires_grad) and torch.is_grad_enabled():
+        with_grad: torch.Tensor = _autograd_function().apply(x, w, float(eps), float(offset), config)
+        return with_grad
+    return _forward(x, w, float(eps), float(offset), config)
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, offset: float = 0.0) -> torch.Tensor:
+    """The float32 computation the kernels are checked against, rounded to x's dtype."""
+    import torch
+
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (weight.float() + offset)).to(x.dtype)
+
+
+# ---- TileGym: rms_norm and the RMSNorm modules its model patches install ----------------------
+
+
+def _tilegym_rms_norm(
+    input: torch.Tensor, normalized_shape: Any, weight: torch.Tensor, eps: float, bias: torch.Tensor | None = None,
+    mode: str | None = None, offset: float = 0.0, **kwargs: Any,
+) -> torch.Tensor:
+    """TileGym's `rms_norm(input, normalized_shape, weight, eps, bias=None, mode=None,
+    offset=0.0)`. `normalized_shape` is unused there too (the last dim is normalized);
+    `mode` picks among TileGym's own kernel variants and means nothing for ours."""
+    if bias is not None:
+        raise NotImplementedError("rms_norm on cutile-rs takes no bias (TileGym's cutile backend neither); pass bias=None")
+    _op.ignore_kwargs("rms_norm", {**kwargs, **({"mode": mode} if mode is not None else {})})
+    return rms_norm(input, weight, eps, offset)
+
+
+@functools.cache
+def _modules() -> tuple[type, type]:
+    import torch
+
+    class RMSNorm(torch.nn.Module):
+        """RMSNorm on our kernels, in place of a model's (Llama's `LlamaRMSNorm(hidden_size,
+        eps)` and the like): weight initialised to ones, `offset` added to it."""
+
+        def __init__(self, hidden_size: int, eps: float = 1e-6, offset: float = 0.0) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+            self.variance_epsilon, self.hidden_size, self.offset = eps, hidden_size, offset
+
+        def forward(self, hidden_states: torch.Tensor, mode: str | None = None) -> torch.Tensor:
+            return _tilegym_rms_norm(hidden_states, None, self.weight, self.variance_epsilon, mode=mode, offset=self.offset)
+
+        def extra_repr(self) -> str:
+            return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}, offset={self.offset}"
+
+    class GemmaRMSNorm(RMSNorm):
+        """Gemma 3's `Gemma3RMSNorm(dim, eps)`: weight initialised to zeros, scaled by
+        `1 + weight` (offset 1). The other keywords TileGym's class takes are accepted;
+        the computation is Gemma's (float32, one rounding) whatever they say."""
+
+        def __init__(self, dim: int, eps: float = 1e-6, offset: float = 1.0, **kwargs: Any) -> None:
+            super().__init__(dim, eps, offset)
+            self.weight = torch.nn.Parameter(torch.zeros(dim))
+
+    return RMSNorm, GemmaRMSNorm
+
+
+def _tilegym_get_rms_norm_module(model: str = "llama") -> type:
+    """TileGym's `get_rms_norm_module(model)`: Gemma 3's class for "gemma3", else the plain one."""
+    plain, gemma = _modules()
+    return gemma if model == "gemma3" else plain
+
+
+# ---- torch operators ----------------------------------------------------------------------------
+
+
+def _op_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, config: list[int]) -> torch.Tensor:
+    import torch
+
+    with torch.no_grad():  # the operator's autograd formula is registered on it
+        return rms_norm(x, weight, eps, offset, config=tuple(config) or None)
+
+
+def _fake_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, config: list[int]) -> torch.Tensor:
+    import torch
+
+    _check_alike(x, weight)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _setup_rms_norm(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    x, weight, eps, offset, _ = inputs
+    ctx.eps, ctx.offset = eps, offset
+    ctx.save_for_backward(x, weight)
+
+
+def _backward_rms_norm(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None, None]:
+    x, weight = ctx.saved_tensors
+    dx, dw = _op.torch_ops().rms_norm_backward(dy, x, weight, ctx.eps, ctx.offset)
+    return dx, dw, None, None, None
+
+
+def _op_rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> tuple[torch.Tensor, torch.Tensor]:
+    dx, dw = _backward(dy, x, weight.to(x.dtype), eps, offset, None)
+    return dx, dw.to(weight.dtype)
+
+
+def _fake_rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    _check_alike(x, weight)
+    if dy.shape != x.shape:
+        raise ValueError(f"rms_norm backward: dy has shape {tuple(dy.shape)}, x {tuple(x.shape)}")
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
+
+
+TORCH_OPS = (
+    _op.TorchOp(
+        "rms_norm", "(Tensor x, Tensor weight, float eps, float offset, int[] config) -> Tensor", _op_rms_norm,
+        _fake_rms_norm, _backward_rms_norm, _setup_rms_norm,
+        example=lambda d: (_op.sample(d, 4, 8, 1000, grad=True), _op.sample(d, 1000, grad=True), 1e-6, 0.0, []),
+    ),
+    _op.TorchOp(
+        "rms_norm_backward", "(Tensor dy, Tensor x, Tensor weight, float eps, float offset) -> (Tensor, Tensor)",
+        _op_rms_norm_backward, _fake_rms_norm_backward,
+        example=lambda d: (_op.sample(d, 32, 4096), _op.sample(d, 32, 4096), _op.sample(d, 4096, dtype="float32"), 1e-5, 1.0),
+    ),
+)
+
+
+def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, autotune: bool) -> RmsNormConfig:
+    """Compile rms_norm's forward and backward kernels for x of `shape`."""
+    import torch
+
+    x = torch.randn(shape, device=device).to(dtype).requires_grad_(True)
+    w = torch.randn(shape[-1], device=device).to(dtype).requires_grad_(True)
+    y = rms_norm(x, w)
+    torch.autograd.backward([y], [torch.ones_like(y)])
+    n = shape[-1]
+    return rms_norm_rule(x.numel() // max(n, 1), n, dtype)
+
+
+def _smoke(device: torch.device) -> str:
+    import torch
+
+    x = torch.randn(64, 1000, device=device, requires_grad=True)
+    w = torch.randn(1000, device=device, requires_grad=True)
+    xr, wr = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+    y, ref = rms_norm(x, w), reference(xr, wr)
+    dy = torch.randn_like(y)
+    torch.autograd.backward([y, ref], [dy, dy])
+    assert x.grad is not None and w.grad is not None and xr.grad is not None and wr.grad is not None
+    err = (y - ref).abs().max().item()
+    grad_err = max((x.grad - xr.grad).abs().max().item(), (w.grad - wr.grad).abs().max().item() / 64)
+    assert err < 1e-4 and grad_err < 1e-4, f"max abs error {err:.2e} (bound 1e-4), gradient {grad_err:.2e} (bound 1e-4) vs torch"
+    return f"rms_norm max abs error {err:.2e}, gradient {grad_err:.2e} vs torch"
+
+
+# Shapes whose kernels the wheel ships compiled: LLM hidden sizes (Llama 3 8B/70B, Qwen 2 7B,
+# Mistral, Gemma 3, GPT-OSS) in the serving and training dtypes: a decode step (forward only) and
+# prefill or training batches, forward and backward (the backward's rows per CTA follow M).
+SHIPPED_HIDDEN = (2048, 2880, 3072, 3584, 4096, 5120, 8192)
+SHIPPED_ROWS = (4096, 16384)
+
+
+def _shipped(device: torch.device) -> None:
+    import torch
+
+    for n in SHIPPED_HIDDEN:
+        for dtype in (torch.bfloat16, torch.float16):
+            w = torch.empty(n, dtype=dtype, device=device, requires_grad=True)
+            with torch.no_grad():
+                rms_norm(torch.empty(1, n, dtype=dtype, device=device), w)
+            for m in SHIPPED_ROWS:
+                x = torch.empty(m, n, dtype=dtype, device=device, requires_grad=True)
+                y = rms_norm(x, w)
+                torch.autograd.backward([y], [torch.empty_like(y)])
+    x = torch.empty(64, 1000, device=device, requires_grad=True)  # the smoke test's
+    y = rms_norm(x, torch.empty(1000, device=device, requires_grad=True))
+    torch.autograd.backward([y], [torch.empty_like(y)])
+
+
+OP = _op.OpSpec(
+    "rms_norm",
+    tilegym={"rms_norm": _tilegym_rms_norm, "get_rms_norm_module": _tilegym_get_rms_norm_module},
+    warmup=_warmup,
+    smoke=_smoke,
+    shipped=_shipped,
+    torch_ops=TORCH_OPS,
+)
