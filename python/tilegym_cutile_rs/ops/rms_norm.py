@@ -7,12 +7,12 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _device, _op
+from .. import _device, _op, _tuned
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["RmsNormConfig", "rms_norm", "rms_norm_rule"]
+__all__ = ["RmsNormConfig", "rms_norm", "rms_norm_config", "rms_norm_rule"]
 
 SUPPORTED = ("float32", "float16", "bfloat16")
 FORWARD, BACKWARD, WEIGHT_GRAD = "cutile_rms_norm_forward", "cutile_rms_norm_backward", "cutile_rms_norm_dw"
@@ -30,7 +30,7 @@ class RmsNormConfig(NamedTuple):
     warps: int = 0
 
 
-# The rule (not fitted on a GPU yet): tiles of about TILE_ELEMENTS elements.
+# The rule a device without a fitted table takes: tiles of about TILE_ELEMENTS elements.
 TILE_ELEMENTS = 4096
 # The backward's CTAs each walk rows (a power of two) to keep about this many CTAs per SM,
 # then write one float32 dweight partial row each.
@@ -42,6 +42,27 @@ PART_ROWS, DW_COLUMNS = 32, 64
 def rms_norm_rule(m: int, n: int, dtype: torch.dtype | str) -> RmsNormConfig:
     """The config for `[m, n]` rows of `dtype`: rows per tile filling TILE_ELEMENTS."""
     return RmsNormConfig(min(max(1, TILE_ELEMENTS // _op.next_pow2(n)), _op.next_pow2(m)))
+
+
+def rms_norm_config(m: int, n: int, dtype: torch.dtype | str, device: int | None = None, *, backward: bool = False) -> RmsNormConfig:
+    """The heuristic's config for `[m, n]` rows of `dtype` on CUDA device `device` (default:
+    the current one), for the forward kernel or with `backward` the backward one: the nearest
+    problem of its fitted table (benchmarks/tune.py, tuned/rms_norm.json or
+    tuned/rms_norm_backward.json; float16 without a fit of its own takes bfloat16's) with the
+    same tile width, else `rms_norm_rule`."""
+    problem = _tuned.problem(dtype, m, n)
+    stand_in = "bfloat16" if problem[0] == "float16" else None
+    table = "rms_norm_backward" if backward else "rms_norm"
+    return RmsNormConfig(*_tuned.fitted(table, problem, device, lambda: rms_norm_rule(m, n, dtype), _adapt, stand_in))
+
+
+def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem) -> tuple[int, ...] | None:
+    """A fitted config for a nearby problem of the same tile width (else the rule's): a row
+    block no taller than the problem's rows."""
+    _, m, n = problem
+    if _op.next_pow2(n) != _op.next_pow2(fitted[2]):
+        return None
+    return (min(config[0], _op.next_pow2(m)), *config[1:])
 
 
 def _backward_rows(m: int, block_m: int, sms: int) -> int:
@@ -95,10 +116,45 @@ def _check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: flo
     _check_scalars(eps, offset)
 
 
-def _config(x2: torch.Tensor, config: Any) -> RmsNormConfig:
+# The heuristic's decisions, per (device, dtype, m, n, backward): a table lookup reads the
+# device's name and searches the entries, too slow for every call of a launch-bound row.
+_decisions: dict[tuple[Any, ...], RmsNormConfig] = {}
+DECISIONS_MAX = 4096
+
+
+def _config(x2: torch.Tensor, config: Any, index: int, backward: bool = False) -> RmsNormConfig:
     if config is not None:
         return _op.check_config(config, RmsNormConfig)
-    return rms_norm_rule(x2.shape[0], x2.shape[1], x2.dtype)
+    key = (index, x2.dtype, x2.shape[0], x2.shape[1], backward)
+    found = _decisions.get(key)
+    if found is None:
+        if len(_decisions) >= DECISIONS_MAX:
+            _decisions.clear()
+        found = _decisions[key] = rms_norm_config(x2.shape[0], x2.shape[1], x2.dtype, index, backward=backward)
+    return found
+
+
+def _launch_forward(y2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config: tuple[int, ...],
+                    index: int) -> None:
+    block_m, occupancy, warps = config
+    args = (*_op.tensor_descs(y2, x2, w), eps, offset, block_m, _op.next_pow2(x2.shape[1]), occupancy, warps)
+    _op.call("rms_norm", FORWARD, args, index, ("rms_norm", x2.dtype, tuple(x2.shape), "config", tuple(config)))
+
+
+def _launch_backward(dx: torch.Tensor, dw: torch.Tensor, dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor, eps: float,
+                     offset: float, config: tuple[int, ...], index: int) -> None:
+    """dx and dw: the backward kernel's dx and dweight partials, then dw's column sums."""
+    import torch
+
+    block_m, occupancy, warps = config
+    m, n = x2.shape
+    rows = _backward_rows(m, block_m, _device.sm_count(index))
+    part = torch.empty((-(-m // rows), n), dtype=torch.float32, device=x2.device)
+    args = (*_op.tensor_descs(dx, part, dy2, x2, w), eps, offset, block_m, _op.next_pow2(n), rows, occupancy, warps)
+    _op.call("rms_norm backward", BACKWARD, args, index, ("rms_norm backward", x2.dtype, (m, n), "config", (*config, rows)))
+    part_rows, columns = min(PART_ROWS, _op.next_pow2(part.shape[0])), min(DW_COLUMNS, _op.next_pow2(n))
+    _op.call("rms_norm dw", WEIGHT_GRAD, (*_op.tensor_descs(dw, part), part_rows, columns, 0, 0), index,
+             ("rms_norm dw", w.dtype, tuple(part.shape), "config", (part_rows, columns)))
 
 
 def _forward(x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config: Any) -> torch.Tensor:
@@ -112,9 +168,7 @@ def _forward(x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config
     if m and n:
         index = _op.device_index(x)
         _device.prepare(index)
-        block_m, occupancy, warps = _config(x2, config)
-        args = (*_op.tensor_descs(y2, x2, w.contiguous()), float(eps), float(offset), block_m, _op.next_pow2(n), occupancy, warps)
-        _op.call("rms_norm", FORWARD, args, index, ("rms_norm", x.dtype, (m, n), "config", (block_m, occupancy, warps)))
+        _launch_forward(y2, x2, w.contiguous(), float(eps), float(offset), _config(x2, config, index), index)
     return y2.view(x.shape)
 
 
@@ -131,17 +185,9 @@ def _backward(
     x2, dy2 = _rows(x, m, n), _rows(dy, m, n)
     index = _op.device_index(x)
     _device.prepare(index)
-    block_m, occupancy, warps = _config(x2, config)
-    rows = _backward_rows(m, block_m, _device.sm_count(index))
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    part = torch.empty((-(-m // rows), n), dtype=torch.float32, device=x.device)
-    w = w.contiguous()
-    args = (*_op.tensor_descs(dx, part, dy2, x2, w), float(eps), float(offset), block_m, _op.next_pow2(n), rows, occupancy, warps)
-    _op.call("rms_norm backward", BACKWARD, args, index, ("rms_norm backward", x.dtype, (m, n), "config", (block_m, rows)))
     dw = torch.empty((n,), dtype=w.dtype, device=x.device)
-    part_rows, columns = min(PART_ROWS, _op.next_pow2(part.shape[0])), min(DW_COLUMNS, _op.next_pow2(n))
-    _op.call("rms_norm dw", WEIGHT_GRAD, (*_op.tensor_descs(dw, part), part_rows, columns, 0, 0), index,
-             ("rms_norm dw", w.dtype, tuple(part.shape), "config", (part_rows, columns)))
+    _launch_backward(dx, dw, dy2, x2, w.contiguous(), float(eps), float(offset), _config(x2, config, index, backward=True), index)
     return dx.view(x.shape), dw
 
 
@@ -329,7 +375,7 @@ def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, au
     y = rms_norm(x, w)
     torch.autograd.backward([y], [torch.ones_like(y)])
     n = shape[-1]
-    return rms_norm_rule(x.numel() // max(n, 1), n, dtype)
+    return rms_norm_config(x.numel() // max(n, 1), n, dtype, _op.device_index(x))
 
 
 def _smoke(device: torch.device) -> str:
@@ -372,6 +418,77 @@ def _shipped(device: torch.device) -> None:
     torch.autograd.backward([y], [torch.empty_like(y)])
 
 
+# benchmarks/tune.py's sweeps, one table per direction: benchmarks/rms_norm_bench.py's rows, each dtype.
+TUNING_SHAPES = [(4096, 4096), (16384, 4096), (4096, 8192), (16384, 8192), (4096, 2880), (4096, 3584), (1, 4096), (128, 4096),
+                 (65536, 128)]
+
+
+def _tuning_candidates(problem: _tuned.Problem) -> list[RmsNormConfig]:
+    """Row blocks from 1 to 16 rows (tiles up to 16384 elements), tileiras' warps or 4 or 8,
+    occupancy left to tileiras or 2 CTAs per SM."""
+    _, m, n = problem
+    width = _op.next_pow2(n)
+    blocks = [b for b in (1, 2, 4, 8, 16) if b <= _op.next_pow2(m) and b * width <= max(16384, width)]
+    rule = rms_norm_rule(m, n, problem[0])
+    return sorted({rule, *(RmsNormConfig(b, occupancy, warps) for b in blocks for occupancy in (0, 2) for warps in (0, 4, 8))})
+
+
+def _tuning_inputs(problem: _tuned.Problem, device: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    import torch
+
+    dtype_name, m, n = problem
+    dtype = _tuned.torch_dtype(dtype_name)
+    x = torch.randn(m, n, device=device, dtype=dtype)
+    return x, (1 + 0.1 * torch.randn(n, device=device)).to(dtype), torch.randn(m, n, device=device, dtype=dtype)
+
+
+def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
+    import torch
+
+    x, w, _ = _tuning_inputs(problem, device)
+    y, ref = torch.empty_like(x), reference(x, w)
+    index = _op.device_index(x)
+    return _tuned.checked_runs(
+        lambda config: _launch_forward(y, x, w, 1e-6, 0.0, config, index),
+        lambda: torch.testing.assert_close(y, ref, rtol=2e-2, atol=2e-2),
+        (y,),
+    )
+
+
+def _tuning_bench_backward(problem: _tuned.Problem, device: Any) -> Any:
+    import torch
+
+    x, w, dy = _tuning_inputs(problem, device)
+    xr, wr = x.float().requires_grad_(True), w.float().requires_grad_(True)
+    (xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + 1e-6) * wr).backward(dy.float())
+    assert xr.grad is not None and wr.grad is not None
+    dx_ref, dw_ref = xr.grad.to(x.dtype), wr.grad
+    dx, dw = torch.empty_like(x), torch.empty_like(w)
+    index = _op.device_index(x)
+
+    def check() -> None:
+        torch.testing.assert_close(dx, dx_ref, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(dw.float(), dw_ref, rtol=2e-2, atol=2e-2 * max(1.0, dw_ref.abs().max().item()))
+
+    return _tuned.checked_runs(lambda config: _launch_backward(dx, dw, dy, x, w, 1e-6, 0.0, config, index), check, (dx, dw))
+
+
+def _tuning(name: str, bench: Any, planes: int) -> _tuned.Tuning:
+    """An rms_norm kernel's tuning over TUNING_SHAPES in every dtype; `planes`: [M, N] tensors
+    a call reads and writes (forward: x, y; backward: dy, x, dx)."""
+    return _tuned.Tuning(
+        name=name,
+        problems=[(dt, m, n) for dt in SUPPORTED for m, n in TUNING_SHAPES],
+        candidates=_tuning_candidates,
+        rule=lambda p: rms_norm_rule(p[1], p[2], p[0]),
+        bench=bench,
+        nbytes=lambda p: planes * p[1] * p[2] * _tuned.torch_dtype(p[0]).itemsize,
+        adapt=_adapt,
+    )
+
+
+TUNINGS = [_tuning("rms_norm", _tuning_bench, 2), _tuning("rms_norm_backward", _tuning_bench_backward, 3)]
+
 OP = _op.OpSpec(
     "rms_norm",
     tilegym={"rms_norm": _tilegym_rms_norm, "get_rms_norm_module": _tilegym_get_rms_norm_module},
@@ -379,4 +496,5 @@ OP = _op.OpSpec(
     smoke=_smoke,
     shipped=_shipped,
     torch_ops=TORCH_OPS,
+    tunings=TUNINGS,
 )

@@ -13,6 +13,10 @@
 //! (with eps 0 a zero row's would be inf, and 0 * inf a NaN in dw), so they add nothing
 //! to dw; their dx lands outside the tensor, where the store drops it.
 //!
+//! The row length N is a generic: x is `[-1, N]` and w `[N]`, so tileiras knows which lanes
+//! of a tile lie past a row's end when it compiles the loads (as softmax's exact-width
+//! kernels: with N a runtime value each 16-byte load sat in its own bounds-check branch).
+//!
 //! Stores go straight to global memory (`tma::Disabled`), as in softmax and swiglu.
 
 #[cutile::module]
@@ -21,10 +25,10 @@ pub mod rms_norm_kernels {
 
     /// y for this CTA's `[BM, BN]` rows of x.
     #[cutile::entry()]
-    fn rms_norm_forward<E: ElementType, const BM: i32, const BN: i32>(
+    fn rms_norm_forward<E: ElementType, const BM: i32, const BN: i32, const N: i32>(
         y: &mut Tensor<E, { [BM, BN] }>,
-        x: &Tensor<E, { [-1, -1] }>,
-        w: &Tensor<E, { [-1] }>,
+        x: &Tensor<E, { [-1, N] }>,
+        w: &Tensor<E, { [N] }>,
         eps: f32,
         offset: f32,
     ) {
@@ -32,8 +36,8 @@ pub mod rms_norm_kernels {
         let xp: Partition<E, { [BM, BN] }> =
             unsafe { make_partition_view(x, shape![BM, BN], padding::Zero, dim_map::Identity, x.token()) };
         let t: Tile<f32, { [BM, BN] }> = convert_tile(xp.load([pid.0, 0i32]));
-        let r: Tile<f32, { [BM, BN] }> = row_rstd::<BM, BN>(t, get_shape_dim(x.shape(), 1i32), eps);
-        let wt: Tile<f32, { [BM, BN] }> = weight_rows::<E, BM, BN>(w, offset);
+        let r: Tile<f32, { [BM, BN] }> = row_rstd::<BM, BN>(t, N, eps);
+        let wt: Tile<f32, { [BM, BN] }> = weight_rows::<E, BM, BN, N>(w, offset);
         let out: Tile<E, { [BM, BN] }> = convert_tile(t * r * wt);
         let mut yp = y.partition_mut(shape![BM, BN]);
         // SAFETY: y is this CTA's [BM, BN] tile, so [0, 0] is its only partition index.
@@ -42,12 +46,12 @@ pub mod rms_norm_kernels {
 
     /// dx for this CTA's R rows (BM at a time) and their part of dw, one row of `dw_part`.
     #[cutile::entry()]
-    fn rms_norm_backward<E: ElementType, const BM: i32, const BN: i32, const R: i32>(
+    fn rms_norm_backward<E: ElementType, const BM: i32, const BN: i32, const N: i32, const R: i32>(
         dx: &mut Tensor<E, { [R, BN] }>,
         dw_part: &mut Tensor<f32, { [1, BN] }>,
-        dy: &Tensor<E, { [-1, -1] }>,
-        x: &Tensor<E, { [-1, -1] }>,
-        w: &Tensor<E, { [-1] }>,
+        dy: &Tensor<E, { [-1, N] }>,
+        x: &Tensor<E, { [-1, N] }>,
+        w: &Tensor<E, { [N] }>,
         eps: f32,
         offset: f32,
     ) {
@@ -56,9 +60,9 @@ pub mod rms_norm_kernels {
             unsafe { make_partition_view(x, shape![BM, BN], padding::Zero, dim_map::Identity, x.token()) };
         let dyp: Partition<E, { [BM, BN] }> =
             unsafe { make_partition_view(dy, shape![BM, BN], padding::Zero, dim_map::Identity, dy.token()) };
-        let wt: Tile<f32, { [BM, BN] }> = weight_rows::<E, BM, BN>(w, offset);
+        let wt: Tile<f32, { [BM, BN] }> = weight_rows::<E, BM, BN, N>(w, offset);
         let m: i32 = get_shape_dim(x.shape(), 0i32);
-        let n: i32 = get_shape_dim(x.shape(), 1i32);
+        let n: i32 = N;
         let zero: Tile<f32, { [BM, BN] }> = constant(0.0f32, shape![BM, BN]);
         let n_t: Tile<f32, { [BM] }> = broadcast_scalar(convert_scalar::<f32>(n), shape![BM]);
         let mut dxp = dx.partition_mut(shape![BM, BN]);
@@ -117,7 +121,7 @@ pub mod rms_norm_kernels {
 
     /// (w + offset) as float32, broadcast over BM rows (lanes past w's end: offset, where
     /// x and dy are zero).
-    fn weight_rows<E: ElementType, const BM: i32, const BN: i32>(w: &Tensor<E, { [-1] }>, offset: f32) -> Tile<f32, { [BM, BN] }> {
+    fn weight_rows<E: ElementType, const BM: i32, const BN: i32, const N: i32>(w: &Tensor<E, { [N] }>, offset: f32) -> Tile<f32, { [BM, BN] }> {
         let wp: Partition<E, { [BN] }> = unsafe { make_partition_view(w, shape![BN], padding::Zero, dim_map::Identity, w.token()) };
         let wt: Tile<f32, { [BN] }> = convert_tile(wp.load([0i32]));
         let off: Tile<f32, { [BN] }> = broadcast_scalar(offset, shape![BN]);

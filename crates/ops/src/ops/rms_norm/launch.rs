@@ -83,7 +83,8 @@ fn describe_forward<'a>(
         Param::F32("eps", eps),
         Param::F32("offset", offset),
     ];
-    Launch { module: KERNELS, kernel: "rms_norm_forward", generics: Generic::list(&[x.dtype], &[block_m, block_n]), hints, params }
+    let generics = Generic::list(&[x.dtype], &[block_m, block_n, x.shape[1]]);
+    Launch { module: KERNELS, kernel: "rms_norm_forward", generics, hints, params }
 }
 
 /// The backward's launch: dx in `[rows, block_n]` tiles (one CTA each, `block_m` rows at a
@@ -103,7 +104,7 @@ fn describe_backward<'a>(
         Param::F32("eps", eps),
         Param::F32("offset", offset),
     ];
-    let generics = Generic::list(&[x.dtype], &[block_m, block_n, rows]);
+    let generics = Generic::list(&[x.dtype], &[block_m, block_n, x.shape[1], rows]);
     Launch { module: KERNELS, kernel: "rms_norm_backward", generics, hints, params }
 }
 
