@@ -58,6 +58,11 @@ fi
 if compgen -G "$wheelhouse/gpt_oss-*.whl" >/dev/null; then
   "$python" -m pip install --no-index --find-links "$wheelhouse" --no-deps gpt-oss
 fi
+# Liger-Kernel, a benchmark peer (swiglu, rms_norm): Triton kernels on the torch and Triton
+# the machine has; without this its wheel sat in the wheelhouse and its columns went missing.
+if compgen -G "$wheelhouse/liger_kernel-*.whl" >/dev/null; then
+  "$python" -m pip install --no-index --find-links "$wheelhouse" --no-deps liger-kernel
+fi
 
 status=0
 echo "== check"
