@@ -101,3 +101,16 @@ def test_overlap_test_sees_shared_memory_only() -> None:
     assert not sw._overlaps(x[:2], x[2:])
     assert not sw._overlaps(x, torch.randn(4, 16))
     assert not sw._overlaps(x[:0], x)
+
+
+def test_the_tilegym_mlp_module_is_built_as_llamas_and_refuses_other_activations() -> None:
+    from types import SimpleNamespace
+
+    cls = sw._tilegym_get_swiglu_module()
+    mlp = cls(SimpleNamespace(hidden_size=64, intermediate_size=160, hidden_act="silu"))
+    assert isinstance(mlp, torch.nn.Module)
+    assert {name: tuple(p.shape) for name, p in mlp.named_parameters()} == {
+        "gate_proj.weight": (160, 64), "up_proj.weight": (160, 64), "down_proj.weight": (64, 160)}
+    assert cls(SimpleNamespace(hidden_size=8, intermediate_size=16, hidden_act="silu", mlp_bias=True)).down_proj.bias is not None
+    with pytest.raises(ValueError, match="hidden_act is 'gelu'"):
+        cls(SimpleNamespace(hidden_size=8, intermediate_size=16, hidden_act="gelu"))

@@ -186,3 +186,26 @@ def test_check_smoke_and_warmup() -> None:
     assert "silu_and_mul" in OP.smoke(torch.device("cuda"))
     [record] = tilegym_cutile_rs.warmup([(64, 512)], ["bfloat16"], ops=["swiglu"])
     assert record["op"] == "swiglu" and record["config"].block_n >= 256
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_the_tilegym_mlp_module_matches_torch_with_gradients(dtype: torch.dtype) -> None:
+    from types import SimpleNamespace
+
+    from tilegym_cutile_rs.ops import swiglu as sw
+
+    torch.manual_seed(4)
+    mlp = sw._tilegym_get_swiglu_module()(SimpleNamespace(hidden_size=256, intermediate_size=704, hidden_act="silu"))
+    mlp = mlp.cuda().to(dtype)
+    x = torch.randn(2, 37, 256, device="cuda", dtype=dtype, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    y = mlp(x)
+    ref = F.linear(F.silu(F.linear(x_ref, mlp.gate_proj.weight)) * F.linear(x_ref, mlp.up_proj.weight), mlp.down_proj.weight)
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(y, ref, **tol)
+    dy = torch.randn_like(y)
+    weights = [mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
+    grads = torch.autograd.grad(y, [x, *weights], dy)
+    grads_ref = torch.autograd.grad(ref, [x_ref, *weights], dy)
+    for got, want in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(got.float(), want.float(), rtol=tol["rtol"] * 2, atol=tol["atol"] * 4 * max(1.0, want.abs().max().item()))

@@ -380,6 +380,49 @@ def _tilegym_get_swiglu() -> Any:
     return swiglu
 
 
+@functools.cache
+def _swiglu_mlp() -> type:
+    import torch
+
+    from .matmul import matmul
+
+    def project(x2: torch.Tensor, linear: torch.nn.Linear) -> torch.Tensor:
+        """x2 · weightᵀ on our matmul (the weight read in place as a column-major view)."""
+        y = matmul(x2, linear.weight.t())
+        return y if linear.bias is None else y + linear.bias
+
+    class SwiGLUMLP(torch.nn.Module):
+        """A Llama-style MLP, `down_proj(silu(gate_proj(x)) * up_proj(x))`, whose three
+        projections run on our matmul and the gate on our swiglu, gradients included. Built
+        as transformers' `LlamaMLP(config)` is (its parameters load the same state dict);
+        `hidden_act` must be SiLU. Biases (`config.mlp_bias`) are added by torch."""
+
+        def __init__(self, config: Any, hidden_size: int | None = None, intermediate_size: int | None = None) -> None:
+            super().__init__()
+            self.config = config
+            self.hidden_size = config.hidden_size if hidden_size is None else hidden_size
+            self.intermediate_size = config.intermediate_size if intermediate_size is None else intermediate_size
+            act = getattr(config, "hidden_act", "silu")
+            if act not in ("silu", "swish"):
+                raise ValueError(f"SwiGLUMLP computes silu(gate) * up; config.hidden_act is {act!r}. Keep the model's own MLP")
+            bias = bool(getattr(config, "mlp_bias", False))
+            self.gate_proj = torch.nn.Linear(self.hidden_size, self.intermediate_size, bias=bias)
+            self.up_proj = torch.nn.Linear(self.hidden_size, self.intermediate_size, bias=bias)
+            self.down_proj = torch.nn.Linear(self.intermediate_size, self.hidden_size, bias=bias)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x2 = x.reshape(-1, x.shape[-1])
+            hidden = swiglu(project(x2, self.gate_proj), project(x2, self.up_proj))
+            return project(hidden, self.down_proj).view(*x.shape[:-1], self.hidden_size)
+
+    return SwiGLUMLP
+
+
+def _tilegym_get_swiglu_module() -> type:
+    """TileGym's `get_swiglu_module()`: the MLP module class its model patches install."""
+    return _swiglu_mlp()
+
+
 def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, autotune: bool) -> SwigluConfig:
     """Compile (and optionally autotune) swiglu's forward and backward for operands of `shape`."""
     import torch
@@ -643,7 +686,7 @@ TUNINGS = [_tuning("swiglu", _tuning_bench, 3), _tuning("swiglu_backward", _tuni
 
 OP = _op.OpSpec(
     "swiglu",
-    tilegym={"silu_and_mul": _tilegym_silu_and_mul, "get_swiglu": _tilegym_get_swiglu},
+    tilegym={"silu_and_mul": _tilegym_silu_and_mul, "get_swiglu": _tilegym_get_swiglu, "get_swiglu_module": _tilegym_get_swiglu_module},
     warmup=_warmup,
     smoke=_smoke,
     shipped=_shipped,
