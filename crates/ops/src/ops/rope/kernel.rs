@@ -1,0 +1,125 @@
+//! The rotary-embedding kernel, rotate-half layout (transformers' `apply_rotary_pos_emb`):
+//! for each head, out[:H] = x1 * cos - x2 * sin and out[H:2H] = x2 * cos + x1 * sin, with
+//! x1 = x[:H], x2 = x[H:2H] and H = HALF, half the rotated dims; dims past 2H (a partial
+//! rotary factor) are copied. One CTA per (batch, position) rotates every head of q and of k.
+//! Only cos[..., :HALF] and sin[..., :HALF] are read: transformers' tables repeat their first
+//! half (GPT-OSS's hold only that half). The backward is the same kernel with `sign` -1 (the
+//! inverse rotation). Math is float32, rounded once at the store.
+//!
+//! q and k are read as `[B, heads, S, D]` views (any strides but a unit last one); the outputs
+//! are `[B * S, heads, D]`, contiguous, which the host returns transposed to `[B, heads, S, D]`.
+
+#[cutile::module]
+pub mod rope_kernels {
+    use cutile::core::*;
+
+    /// Every dim rotated (2 * HALF = D).
+    #[cutile::entry()]
+    fn rope<E: ElementType, const THQ: i32, const THK: i32, const D: i32, const HALF: i32>(
+        q_out: &mut Tensor<E, { [1, THQ, D] }>,
+        k_out: &mut Tensor<E, { [1, THK, D] }>,
+        q: &Tensor<E, { [-1, -1, -1, D] }>,
+        k: &Tensor<E, { [-1, -1, -1, D] }>,
+        cos: &Tensor<E, { [-1, -1, -1] }>,
+        sin: &Tensor<E, { [-1, -1, -1] }>,
+        sign: f32,
+    ) {
+        let (batch, pos, c, s): (i32, i32, Tile<f32, { [1, HALF] }>, Tile<f32, { [1, HALF] }>) =
+            position::<E, D, HALF>(q, cos, sin, sign);
+        rotate::<E, THQ, D, HALF>(q, q_out, batch, pos, c, s);
+        rotate::<E, THK, D, HALF>(k, k_out, batch, pos, c, s);
+    }
+
+    /// A partial rotary factor: the first 2 * HALF dims rotated, the HALF-wide blocks after
+    /// them copied (a kernel of its own: the copy loop has no iteration when 2 * HALF = D,
+    /// which tileiras refuses).
+    #[cutile::entry()]
+    fn rope_partial<E: ElementType, const THQ: i32, const THK: i32, const D: i32, const HALF: i32>(
+        q_out: &mut Tensor<E, { [1, THQ, D] }>,
+        k_out: &mut Tensor<E, { [1, THK, D] }>,
+        q: &Tensor<E, { [-1, -1, -1, D] }>,
+        k: &Tensor<E, { [-1, -1, -1, D] }>,
+        cos: &Tensor<E, { [-1, -1, -1] }>,
+        sin: &Tensor<E, { [-1, -1, -1] }>,
+        sign: f32,
+    ) {
+        let (batch, pos, c, s): (i32, i32, Tile<f32, { [1, HALF] }>, Tile<f32, { [1, HALF] }>) =
+            position::<E, D, HALF>(q, cos, sin, sign);
+        rotate::<E, THQ, D, HALF>(q, q_out, batch, pos, c, s);
+        copy_rest::<E, THQ, D, HALF>(q, q_out, batch, pos);
+        rotate::<E, THK, D, HALF>(k, k_out, batch, pos, c, s);
+        copy_rest::<E, THK, D, HALF>(k, k_out, batch, pos);
+    }
+
+    /// This CTA's batch and position, and its cos and sin rows (sin times `sign`).
+    fn position<E: ElementType, const D: i32, const HALF: i32>(
+        q: &Tensor<E, { [-1, -1, -1, D] }>,
+        cos: &Tensor<E, { [-1, -1, -1] }>,
+        sin: &Tensor<E, { [-1, -1, -1] }>,
+        sign: f32,
+    ) -> (i32, i32, Tile<f32, { [1, HALF] }>, Tile<f32, { [1, HALF] }>) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let s_len: i32 = get_shape_dim(q.shape(), 2i32);
+        let batch: i32 = pid.0 / s_len;
+        let pos: i32 = pid.0 - batch * s_len;
+        // A [1, S, *] table serves every batch; a [B, S, *] one holds a row per batch.
+        let table_batch: i32 = min(batch, get_shape_dim(cos.shape(), 0i32) - 1i32);
+        let c: Tile<f32, { [1, HALF] }> = table_row::<E, HALF>(cos, table_batch, pos);
+        let s: Tile<f32, { [1, HALF] }> = table_row::<E, HALF>(sin, table_batch, pos);
+        let signs: Tile<f32, { [1, HALF] }> = broadcast_scalar(sign, shape![1, HALF]);
+        (batch, pos, c, s * signs)
+    }
+
+    /// Row (`batch`, `pos`) of a cos or sin table, its first HALF entries, as float32.
+    fn table_row<E: ElementType, const HALF: i32>(t: &Tensor<E, { [-1, -1, -1] }>, batch: i32, pos: i32) -> Tile<f32, { [1, HALF] }> {
+        let p: Partition<E, { [1, 1, HALF] }> =
+            unsafe { make_partition_view(t, shape![1, 1, HALF], padding::Zero, dim_map::Identity, t.token()) };
+        let row: Tile<f32, { [1, 1, HALF] }> = convert_tile(p.load([batch, pos, 0i32]));
+        row.reshape(shape![1, HALF])
+    }
+
+    /// Every head of x at (`batch`, `pos`) rotated into `out`'s first two HALF-wide blocks.
+    fn rotate<E: ElementType, const TH: i32, const D: i32, const HALF: i32>(
+        x: &Tensor<E, { [-1, -1, -1, D] }>,
+        out: &mut Tensor<E, { [1, TH, D] }>,
+        batch: i32,
+        pos: i32,
+        c: Tile<f32, { [1, HALF] }>,
+        s: Tile<f32, { [1, HALF] }>,
+    ) {
+        let xp: Partition<E, { [1, TH, 1, HALF] }> =
+            unsafe { make_partition_view(x, shape![1, TH, 1, HALF], padding::Zero, dim_map::Identity, x.token()) };
+        let c: Tile<f32, { [TH, HALF] }> = c.broadcast(shape![TH, HALF]);
+        let s: Tile<f32, { [TH, HALF] }> = s.broadcast(shape![TH, HALF]);
+        let x1: Tile<f32, { [1, TH, 1, HALF] }> = convert_tile(xp.load([batch, 0i32, pos, 0i32]));
+        let x2: Tile<f32, { [1, TH, 1, HALF] }> = convert_tile(xp.load([batch, 0i32, pos, 1i32]));
+        let x1: Tile<f32, { [TH, HALF] }> = x1.reshape(shape![TH, HALF]);
+        let x2: Tile<f32, { [TH, HALF] }> = x2.reshape(shape![TH, HALF]);
+        let o1: Tile<E, { [1, TH, HALF] }> = convert_tile((x1 * c - x2 * s).reshape(shape![1, TH, HALF]));
+        let o2: Tile<E, { [1, TH, HALF] }> = convert_tile((x2 * c + x1 * s).reshape(shape![1, TH, HALF]));
+        let mut op = out.partition_mut(shape![1, TH, HALF]);
+        // SAFETY: out is this CTA's [1, TH, D] tile in HALF-wide blocks; 2 * HALF <= D.
+        unsafe { store_view_tko_mut(&mut op, o1, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        unsafe { store_view_tko_mut(&mut op, o2, [0i32, 0i32, 1i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+    }
+
+    /// The HALF-wide blocks of every head of x at (`batch`, `pos`) past the rotated two,
+    /// copied into `out`.
+    fn copy_rest<E: ElementType, const TH: i32, const D: i32, const HALF: i32>(
+        x: &Tensor<E, { [-1, -1, -1, D] }>,
+        out: &mut Tensor<E, { [1, TH, D] }>,
+        batch: i32,
+        pos: i32,
+    ) {
+        let xp: Partition<E, { [1, TH, 1, HALF] }> =
+            unsafe { make_partition_view(x, shape![1, TH, 1, HALF], padding::Zero, dim_map::Identity, x.token()) };
+        let mut op = out.partition_mut(shape![1, TH, HALF]);
+        let blocks: i32 = D / HALF;
+        for j in 2i32..blocks {
+            let rest: Tile<E, { [1, TH, 1, HALF] }> = xp.load([batch, 0i32, pos, j]);
+            let rest: Tile<E, { [1, TH, HALF] }> = rest.reshape(shape![1, TH, HALF]);
+            // SAFETY: j < D / HALF, a block of this CTA's tile.
+            unsafe { store_view_tko_mut(&mut op, rest, [0i32, 0i32, j], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Host side of rope: checks the views and enqueues the kernel on the caller's stream
+//! (crate::launch) without waiting for it.
+
+use super::kernel::rope_kernels;
+use crate::abi::{CheckedTensor, DType, OpError, OpResult};
+use crate::launch::{self, FirstLaunch, Generic, Launch, Param};
+use crate::spec::{check_block, Hints, KernelModule};
+use cutile::half::{bf16, f16};
+use cutile::prelude::*;
+
+const KERNELS: KernelModule =
+    KernelModule { name: "rope_kernels", ast: rope_kernels::__module_ast_self, source_hash: rope_kernels::_SOURCE_HASH };
+
+/// q and k of one batch, length, head dim and dtype, unit last stride; returns (B, S, D).
+fn check_inputs(q: &CheckedTensor, k: &CheckedTensor) -> OpResult<(i32, i32, i32)> {
+    for (name, t) in [("q", q), ("k", k)] {
+        if t.shape.len() != 4 {
+            return Err(OpError::invalid(format!("rope takes {name} as a 4-D [batch, heads, seq, head_dim] view; got {:?}", t.shape)));
+        }
+        if t.shape[3] > 1 && t.strides[3] != 1 {
+            return Err(OpError::invalid(format!("{name} must have unit stride along head_dim, got strides {:?}", t.strides)));
+        }
+    }
+    let (b, s, d) = (q.shape[0], q.shape[2], q.shape[3]);
+    if k.shape[0] != b || k.shape[2] != s || k.shape[3] != d || k.dtype != q.dtype {
+        return Err(OpError::invalid(format!(
+            "q {:?} {:?} and k {:?} {:?} must share batch, seq, head_dim and dtype",
+            q.shape, q.dtype, k.shape, k.dtype
+        )));
+    }
+    Ok((b, s, d))
+}
+
+/// cos and sin: `[1 or B, S, >= half]` of q's dtype, unit last stride.
+fn check_tables(cos: &CheckedTensor, sin: &CheckedTensor, b: i32, s: i32, half: i32, dtype: DType) -> OpResult<()> {
+    for (name, t) in [("cos", cos), ("sin", sin)] {
+        let fits = t.shape.len() == 3 && (t.shape[0] == 1 || t.shape[0] == b) && t.shape[1] == s && t.shape[2] >= half;
+        if !fits || t.dtype != dtype || (t.shape[2] > 1 && t.strides[2] != 1) {
+            return Err(OpError::invalid(format!(
+                "{name} must be a [1 or {b}, {s}, >= {half}] view of dtype {dtype:?} with unit last stride; got {:?} {:?} strides {:?}",
+                t.shape, t.dtype, t.strides
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The launch: both outputs in `[1, heads, D]` tiles (one CTA per batch and position);
+/// `rope_partial` where dims past the rotated 2 * half are copied.
+fn describe<'a>(
+    [q_out, k_out, q, k, cos, sin]: [&'a CheckedTensor; 6],
+    sign: f32,
+    [half, heads_q, heads_k]: [i32; 3],
+    hints: Hints,
+) -> Launch<'a> {
+    let d = q.shape[3];
+    let params = vec![
+        Param::Out("q_out", q_out, vec![1, heads_q, d]),
+        Param::Out("k_out", k_out, vec![1, heads_k, d]),
+        Param::In("q", q),
+        Param::In("k", k),
+        Param::In("cos", cos),
+        Param::In("sin", sin),
+        Param::F32("sign", sign),
+    ];
+    let kernel = if 2 * half < d { "rope_partial" } else { "rope" };
+    Launch { module: KERNELS, kernel, generics: Generic::list(&[q.dtype], &[heads_q, heads_k, d, half]), hints, params }
+}
+
+// The C export's flat scalar parameters, passed straight through.
+#[allow(clippy::too_many_arguments)]
+pub fn rope(
+    q_out: &CheckedTensor,
+    k_out: &CheckedTensor,
+    q: &CheckedTensor,
+    k: &CheckedTensor,
+    cos: &CheckedTensor,
+    sin: &CheckedTensor,
+    sign: f32,
+    half: i32,
+    [heads_q, heads_k]: [i32; 2],
+    occupancy: i32,
+    warps: i32,
+    device: i32,
+    stream: u64,
+) -> OpResult<()> {
+    let (b, s, d) = check_inputs(q, k)?;
+    check_block("half", half)?;
+    if 2 * half > d || d % half != 0 {
+        return Err(OpError::invalid(format!(
+            "half = {half}: the rotated dims (2 * half) must fit head_dim {d}, which must be a multiple of half"
+        )));
+    }
+    check_tables(cos, sin, b, s, half, q.dtype)?;
+    for (name, out, x, heads) in [("q_out", q_out, q, heads_q), ("k_out", k_out, k, heads_k)] {
+        check_block(if name == "q_out" { "heads_q" } else { "heads_k" }, heads)?;
+        if heads < x.shape[1] {
+            return Err(OpError::invalid(format!("{name}: a tile of {heads} heads must cover {} heads", x.shape[1])));
+        }
+        if out.shape != [b * s, x.shape[1], d] || out.dtype != x.dtype || !out.is_contiguous() {
+            return Err(OpError::invalid(format!(
+                "{name} must be a contiguous [{}, {}, {d}] of dtype {:?}; got {:?} {:?} strides {:?}",
+                b * s,
+                x.shape[1],
+                x.dtype,
+                out.shape,
+                out.dtype,
+                out.strides
+            )));
+        }
+    }
+    if !sign.is_finite() {
+        return Err(OpError::invalid(format!("sign = {sign}: must be finite (1 forward, -1 backward)")));
+    }
+    let hints = Hints::checked(occupancy, warps)?;
+    if b == 0 || s == 0 || d == 0 || q.shape[1] == 0 || k.shape[1] == 0 {
+        return Ok(());
+    }
+    let launch = describe([q_out, k_out, q, k, cos, sin], sign, [half, heads_q, heads_k], hints);
+    let all = [q_out, k_out, q, k, cos, sin];
+    launch::enqueue_launch("rope", &launch, device, stream, |first| match q.dtype {
+        DType::F32 => launch_first::<f32>(first, &launch, all),
+        DType::F16 => launch_first::<f16>(first, &launch, all),
+        DType::BF16 => launch_first::<bf16>(first, &launch, all),
+    })
+}
+
+fn launch_first<T: cutile::DType>(first: &FirstLaunch, launch: &Launch, [q_out, k_out, q, k, cos, sin]: [&CheckedTensor; 6]) -> OpResult<()> {
+    // SAFETY: torch owns the allocations and keeps them alive while the work it ordered on
+    // the stream runs; q_out and k_out are fresh outputs nobody else writes meanwhile.
+    let tensor = |t: &CheckedTensor| unsafe { first.borrow::<T>(t) };
+    let ([tq, tk], sign) = ([launch.tile::<3>("q_out"), launch.tile::<3>("k_out")], launch.float("sign"));
+    if launch.kernel == "rope_partial" {
+        crate::typed_launch!(first, {
+            let (mut qo, mut ko, qt, kt, ct, st) = (tensor(q_out), tensor(k_out), tensor(q), tensor(k), tensor(cos), tensor(sin));
+        } rope_kernels::rope_partial((&mut qo).partition(tq), (&mut ko).partition(tk), &qt, &kt, &ct, &st, sign))
+    } else {
+        crate::typed_launch!(first, {
+            let (mut qo, mut ko, qt, kt, ct, st) = (tensor(q_out), tensor(k_out), tensor(q), tensor(k), tensor(cos), tensor(sin));
+        } rope_kernels::rope((&mut qo).partition(tq), (&mut ko).partition(tk), &qt, &kt, &ct, &st, sign))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(shape: &[i32], strides: &[i32]) -> CheckedTensor {
+        CheckedTensor { ptr: 0x1000, dtype: DType::BF16, shape: shape.to_vec(), strides: strides.to_vec() }
+    }
+
+    #[test]
+    fn the_launch_is_described_as_the_kernel_reads() {
+        // HF's layout: [B, S, H, D] memory seen as [B, H, S, D].
+        let (q, k) = (view(&[2, 32, 7, 128], &[28672, 128, 4096, 1]), view(&[2, 8, 7, 128], &[7168, 128, 1024, 1]));
+        let (qo, ko) = (view(&[14, 32, 128], &[4096, 128, 1]), view(&[14, 8, 128], &[1024, 128, 1]));
+        let cos = view(&[2, 7, 128], &[896, 128, 1]);
+        let hints = Hints::checked(0, 0).unwrap();
+        let launch = describe([&qo, &ko, &q, &k, &cos, &cos], 1.0, [64, 32, 8], hints);
+        assert_eq!(launch.kernel, "rope");
+        crate::launch::signature::assert_matches_kernel(&launch);
+        let partial = describe([&qo, &ko, &q, &k, &cos, &cos], 1.0, [16, 32, 8], hints);
+        assert_eq!(partial.kernel, "rope_partial");
+        crate::launch::signature::assert_matches_kernel(&partial);
+    }
+
+    #[test]
+    fn bad_views_are_refused_with_what_to_pass() {
+        let q = view(&[2, 4, 7, 64], &[1792, 448, 64, 1]);
+        assert!(check_inputs(&q, &view(&[2, 4, 7, 32], &[896, 224, 32, 1])).unwrap_err().message.contains("share"));
+        assert!(check_inputs(&view(&[2, 4, 7, 64], &[1792, 448, 1, 7]), &q).unwrap_err().message.contains("unit stride"));
+        assert!(check_tables(&view(&[3, 7, 64], &[448, 64, 1]), &view(&[1, 7, 64], &[448, 64, 1]), 2, 7, 32, DType::BF16).is_err());
+        assert!(check_tables(&view(&[1, 7, 16], &[112, 16, 1]), &view(&[1, 7, 16], &[112, 16, 1]), 2, 7, 32, DType::BF16).is_err());
+        assert!(check_tables(&view(&[2, 7, 32], &[224, 32, 1]), &view(&[1, 7, 64], &[448, 64, 1]), 2, 7, 32, DType::BF16).is_ok());
+    }
+}

@@ -1,0 +1,306 @@
+"""rope(q, k, cos, sin): rotary position embedding in transformers' rotate-half layout, q and
+k in one launch, forward and backward, float32/float16/bfloat16; and TileGym's
+`apply_rope_base` / `get_apply_rope_func` for its model patches."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from .. import _device, _op
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["rope"]
+
+EXPORT = "cutile_rope"
+SUPPORTED = ("float32", "float16", "bfloat16")
+
+
+def _half(head_dim: int, rotary_dim: int | None) -> int:
+    """Half the rotated dims, checked: a power of two dividing head_dim."""
+    rotated = head_dim if rotary_dim is None else rotary_dim
+    half = rotated // 2
+    if rotated % 2 or half < 1 or half & (half - 1) or head_dim % half or rotated > head_dim:
+        raise ValueError(
+            f"rope rotates an even number of dims, half of them a power of two dividing head_dim {head_dim}; "
+            f"got {rotated} rotated dims. Pass rotary_dim such as {head_dim} or {head_dim // 2}"
+        )
+    return half
+
+
+def _tables(t: torch.Tensor, name: str, q: torch.Tensor) -> torch.Tensor:
+    """cos or sin as `[1 or B, S, *]` of q's dtype: a `[S, *]` table gains its batch dim."""
+    t3 = t.unsqueeze(0) if t.dim() == 2 else t
+    if t3.dim() != 3:
+        raise ValueError(f"rope: {name} must be [S, dims] or [1 or batch, S, dims]; got shape {tuple(t.shape)}")
+    if t3.dtype != q.dtype:
+        t3 = t3.to(q.dtype)
+    if t3.shape[-1] > 1 and t3.stride(-1) != 1:
+        t3 = t3.contiguous()
+    return t3
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int) -> None:
+    """The checks that need no data (the fake implementations make them too)."""
+    import torch
+
+    if q.dim() != 4 or k.dim() != 4:
+        raise ValueError(f"rope takes q and k as [batch, heads, seq, head_dim]; got {tuple(q.shape)} and {tuple(k.shape)}")
+    if q.dtype not in (torch.float32, torch.float16, torch.bfloat16) or k.dtype != q.dtype:
+        raise TypeError(f"rope supports q and k of one dtype among {', '.join(SUPPORTED)}; got {q.dtype} and {k.dtype}")
+    b, _, s, d = q.shape
+    if (k.shape[0], k.shape[2], k.shape[3]) != (b, s, d):
+        raise ValueError(f"rope: q {tuple(q.shape)} and k {tuple(k.shape)} must share batch, seq and head_dim")
+    for name, t in (("cos", cos), ("sin", sin)):
+        t3 = t.unsqueeze(0) if t.dim() == 2 else t
+        if t3.dim() != 3 or t3.shape[0] not in (1, b) or t3.shape[1] != s or t3.shape[2] < half:
+            raise ValueError(f"rope: {name} must be [seq, >= {half}] or [1 or {b}, {s}, >= {half}]; got {tuple(t.shape)}")
+        if t.device != q.device or k.device != q.device:
+            raise ValueError(f"rope: q, k, cos and sin must be on one device; got {q.device}, {k.device} and {name} on {t.device}")
+
+
+def _outputs(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fresh `[B, S, heads, D]` buffers, seen as `[B, heads, S, D]` (transformers' own layout
+    after its projections)."""
+    import torch
+
+    b, hq, s, d = q.shape
+    hk = k.shape[1]
+    return (torch.empty((b, s, hq, d), dtype=q.dtype, device=q.device).transpose(1, 2),
+            torch.empty((b, s, hk, d), dtype=k.dtype, device=k.device).transpose(1, 2))
+
+
+def _unit_last(t: torch.Tensor) -> torch.Tensor:
+    return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
+
+
+def _launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int, sign: float) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k = _unit_last(q), _unit_last(k)
+    q_out, k_out = _outputs(q, k)
+    b, hq, s, d = q.shape
+    if q.numel() or k.numel():
+        index = _op.device_index(q)
+        _device.prepare(index)
+        views = (q_out.transpose(1, 2).reshape(b * s, hq, d), k_out.transpose(1, 2).reshape(b * s, k.shape[1], d))
+        args = (*_op.tensor_descs(*views, q, k, cos, sin), sign, half, _op.next_pow2(hq), _op.next_pow2(k.shape[1]), 0, 0)
+        _op.call("rope", EXPORT, args, index, ("rope", q.dtype, tuple(q.shape), "half", half))
+    return q_out, k_out
+
+
+@functools.cache
+def _autograd_function() -> Any:
+    import torch
+
+    class Rope(torch.autograd.Function):
+        """Our kernel both ways: the backward is the inverse rotation of the gradients."""
+
+        @staticmethod
+        def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int) -> tuple[torch.Tensor, torch.Tensor]:
+            ctx.save_for_backward(cos, sin)
+            ctx.half = half
+            return _launch(q, k, cos, sin, half, 1.0)
+
+        @staticmethod
+        def backward(ctx: Any, dq: torch.Tensor, dk: torch.Tensor) -> tuple[Any, ...]:
+            cos, sin = ctx.saved_tensors
+            dq_in, dk_in = _launch(dq, dk, cos, sin, ctx.half, -1.0)
+            return dq_in, dk_in, None, None, None
+
+    return Rope
+
+
+def rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, rotary_dim: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k rotated by the position tables cos and sin, transformers' rotate-half layout:
+    for the first `rotary_dim` dims (default: all), out = x * cos + rotate_half(x) * sin;
+    dims past them are copied. Computed in float32, rounded once.
+
+    q: `[B, Hq, S, D]`, k: `[B, Hk, S, D]` (any strides with a unit last one: transformers'
+    transposed projections are read in place). cos and sin: `[S, *]`, `[1, S, *]` or
+    `[B, S, *]`, of which the first `rotary_dim / 2` entries per position are read (both
+    transformers' repeated tables and GPT-OSS's half tables work); cast to q's dtype if
+    another. Half of `rotary_dim` must be a power of two dividing D. Returns new tensors of
+    q's and k's shapes, `[B, S, H, D]` memory seen as `[B, H, S, D]`. Gradients flow to q and
+    k through the same kernel (the inverse rotation); cos and sin take none.
+    Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.rope.
+    """
+    import torch
+
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, cos, sin)):
+        raise TypeError("rope takes torch.Tensor q, k, cos and sin")
+    if q.dim() != 4 or k.dim() != 4:
+        raise ValueError(f"rope takes q and k as [batch, heads, seq, head_dim]; got {tuple(q.shape)} and {tuple(k.shape)}")
+    half = _half(q.shape[-1], rotary_dim)
+    traced = _op.traced_or_fake(q, k, cos, sin)
+    if traced is not None:
+        q_out, k_out = traced.rope(q, k, cos, sin, half)
+        return q_out, k_out
+    for t in (q, k):
+        _device.check_cuda_tensor(t, "rope")
+    _check(q, k, cos, sin, half)
+    cos3, sin3 = _tables(cos, "cos", q), _tables(sin, "sin", q)
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
+        raise NotImplementedError("rope computes no gradient for cos and sin; pass them detached (transformers' tables are buffers)")
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        q_out, k_out = _autograd_function().apply(q, k, cos3, sin3, half)
+        return q_out, k_out
+    return _launch(q, k, cos3, sin3, half, 1.0)
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float32 computation the kernel is checked against, rounded to q's dtype."""
+    import torch
+
+    d = q.shape[-1]
+    half = (rotary_dim or d) // 2
+    c3 = (cos.unsqueeze(0) if cos.dim() == 2 else cos)[..., :half].float().unsqueeze(1)
+    s3 = (sin.unsqueeze(0) if sin.dim() == 2 else sin)[..., :half].float().unsqueeze(1)
+
+    def one(x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        x1, x2, rest = xf[..., :half], xf[..., half : 2 * half], xf[..., 2 * half :]
+        return torch.cat([x1 * c3 - x2 * s3, x2 * c3 + x1 * s3, rest], -1).to(x.dtype)
+
+    return one(q), one(k)
+
+
+# ---- TileGym ------------------------------------------------------------------------------------
+
+
+def _tilegym_apply_rope_base(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: Any = None,
+    unsqueeze_dim: int = 1, partial_rotary_factor: float = 1.0, **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """TileGym's `apply_rope_base(q, k, cos, sin, position_ids=None, unsqueeze_dim=1,
+    partial_rotary_factor=1.0)`: q and k `[B, H, S, D]`, cos and sin already gathered per
+    position (as transformers passes them), so `position_ids` and `unsqueeze_dim` change
+    nothing, as in TileGym's cutile backend. Returns new tensors (TileGym's cutile backend
+    rotates q and k in place and returns them)."""
+    _op.ignore_kwargs("apply_rope_base", kwargs, documented=("use_tma",))
+    rotary_dim = int(q.shape[-1] * partial_rotary_factor) if partial_rotary_factor < 1.0 else None
+    return rope(q, k, cos, sin, rotary_dim=rotary_dim)
+
+
+ROPE_MODELS = ("llama", "qwen2", "gemma3", "gpt-oss", "qwen3_5")
+
+
+def _tilegym_get_apply_rope_func(model: str = "llama") -> Any:
+    """TileGym's `get_apply_rope_func(model)`: `apply_rope_base` for the rotate-half models,
+    a quarter of the head rotated for "qwen3_5" (as TileGym's cutile backend)."""
+    if model in ("llama", "qwen2", "gemma3", "gpt-oss"):
+        return _tilegym_apply_rope_base
+    if model == "qwen3_5":
+
+        def quarter(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position_ids: Any = None,
+                    unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+            return _tilegym_apply_rope_base(q, k, cos, sin, partial_rotary_factor=0.25)
+
+        return quarter
+    raise NotImplementedError(f"rope on cutile-rs serves the models {', '.join(ROPE_MODELS)}; got {model!r}")
+
+
+# ---- torch operators ----------------------------------------------------------------------------
+
+
+def _op_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    with torch.no_grad():  # the operator's autograd formula is registered on it
+        return rope(q, k, cos, sin, rotary_dim=2 * half)
+
+
+def _fake_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int) -> tuple[torch.Tensor, torch.Tensor]:
+    _check(q, k, cos, sin, half)
+    return _outputs(q, k)
+
+
+def _setup_rope(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.save_for_backward(inputs[2], inputs[3])
+    ctx.half = inputs[4]
+
+
+def _backward_rope(ctx: Any, dq: torch.Tensor, dk: torch.Tensor) -> tuple[Any, ...]:
+    cos, sin = ctx.saved_tensors
+    dq_in, dk_in = _op.torch_ops().rope_backward(dq, dk, cos, sin, ctx.half)
+    return dq_in, dk_in, None, None, None
+
+
+def _op_rope_backward(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _launch(dq, dk, _tables(cos, "cos", dq), _tables(sin, "sin", dq), half, -1.0)
+
+
+TORCH_OPS = (
+    _op.TorchOp(
+        "rope", "(Tensor q, Tensor k, Tensor cos, Tensor sin, int half) -> (Tensor, Tensor)", _op_rope, _fake_rope,
+        _backward_rope, _setup_rope,
+        example=lambda d: (_op.sample(d, 2, 8, 5, 64, grad=True), _op.sample(d, 2, 2, 5, 64, grad=True),
+                           _op.sample(d, 1, 5, 64), _op.sample(d, 1, 5, 64), 32),
+    ),
+    _op.TorchOp(
+        "rope_backward", "(Tensor dq, Tensor dk, Tensor cos, Tensor sin, int half) -> (Tensor, Tensor)", _op_rope_backward, _fake_rope,
+        example=lambda d: (_op.sample(d, 2, 8, 5, 64), _op.sample(d, 2, 2, 5, 64), _op.sample(d, 2, 5, 64), _op.sample(d, 2, 5, 64), 32),
+    ),
+)
+
+
+def _rope_inputs(b: int, hq: int, hk: int, s: int, d: int, dtype: Any, device: Any, grad: bool) -> tuple[torch.Tensor, ...]:
+    """q and k in transformers' layout ([B, S, H, D] memory seen as [B, H, S, D]) and cos, sin."""
+    import torch
+
+    q = torch.randn(b, s, hq, d, dtype=dtype, device=device).transpose(1, 2).requires_grad_(grad)
+    k = torch.randn(b, s, hk, d, dtype=dtype, device=device).transpose(1, 2).requires_grad_(grad)
+    angles = torch.randn(b, s, d, device=device)
+    return q, k, angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, autotune: bool) -> tuple[int, ...]:
+    """Compile rope's kernel for q and k of `shape` ([B, H, S, D]; k with H heads too)."""
+    import torch
+
+    b, h, s, d = shape
+    q, k, cos, sin = _rope_inputs(b, h, h, s, d, dtype, device, True)
+    q_out, k_out = rope(q, k, cos, sin)
+    torch.autograd.backward([q_out, k_out], [torch.ones_like(q_out), torch.ones_like(k_out)])
+    return (d // 2,)
+
+
+def _smoke(device: torch.device) -> str:
+    import torch
+
+    q, k, cos, sin = _rope_inputs(2, 8, 2, 33, 64, torch.float32, device, False)
+    got, want = rope(q, k, cos, sin), reference(q, k, cos, sin)
+    err = max((g - w).abs().max().item() for g, w in zip(got, want, strict=True))
+    assert err < 1e-5, f"max abs error {err:.2e} vs float32 torch (bound 1e-5)"
+    return f"rope max abs error {err:.2e} vs float32 torch (bound 1e-5)"
+
+
+# Shapes whose kernels the wheel ships compiled: (q heads, kv heads, head_dim, rotated dims) of
+# Llama 3 8B / Mistral 7B, Llama 3 70B, Qwen 2 7B, GPT-OSS and Qwen 3.5 (a quarter rotated), at
+# a decode step and a prefill, forward and backward, in the serving and training dtypes.
+SHIPPED_HEADS = ((32, 8, 128, 128), (64, 8, 128, 128), (28, 4, 128, 128), (64, 8, 64, 64), (16, 4, 256, 64))
+
+
+def _shipped(device: torch.device) -> None:
+    import torch
+
+    for hq, hk, d, rotated in SHIPPED_HEADS:
+        for dtype in (torch.bfloat16, torch.float16):
+            for s in (1, 4096):
+                q, k, cos, sin = _rope_inputs(1, hq, hk, s, d, dtype, device, True)
+                q_out, k_out = rope(q, k, cos, sin, rotary_dim=rotated)
+                torch.autograd.backward([q_out, k_out], [torch.empty_like(q_out), torch.empty_like(k_out)])
+    q, k, cos, sin = _rope_inputs(2, 8, 2, 33, 64, torch.float32, device, False)  # the smoke test's
+    rope(q, k, cos, sin)
+
+
+OP = _op.OpSpec(
+    "rope",
+    tilegym={"apply_rope_base": _tilegym_apply_rope_base, "get_apply_rope_func": _tilegym_get_apply_rope_func},
+    warmup=_warmup,
+    smoke=_smoke,
+    shipped=_shipped,
+    torch_ops=TORCH_OPS,
+)
