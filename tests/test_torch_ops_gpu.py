@@ -51,6 +51,8 @@ def weights() -> list[torch.Tensor]:
 def _outputs(result: Any, args: tuple[Any, ...]) -> list[torch.Tensor]:
     if isinstance(result, torch.Tensor):
         return [result]
+    if isinstance(result, (tuple, list)) and result:  # "-> (Tensor, Tensor)" (rope, rms_norm_backward)
+        return list(result)
     return [a for a in args if isinstance(a, torch.Tensor)]  # "-> ()": what it wrote into its arguments
 
 
