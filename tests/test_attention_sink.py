@@ -119,3 +119,17 @@ def test_the_op_is_registered_for_tilegym_and_the_check() -> None:
 
     assert "attention_sink" in _op.ops() and "attention_sink" in tilegym_backend.provided_ops()
     assert callable(_library.library().cutile_attention_sink)
+
+
+def test_tilegym_fmha_refuses_what_it_cannot_run_with_the_fix() -> None:
+    from tilegym_cutile_rs.ops import attention_sink as at
+
+    q, k = torch.empty(1, 6, 8, 64, device="meta"), torch.empty(1, 4, 8, 64, device="meta")
+    with pytest.raises(ValueError, match="multiple of k's 4"):
+        at._fmha(q, k, k, None, True)
+    with pytest.raises(ValueError, match="S_q <= S_kv"):
+        at._fmha(torch.empty(1, 8, 9, 64, device="meta"), k, k, None, True)
+    with pytest.raises(ValueError, match=r"\[batch, heads, seq, head_dim\]"):
+        at._fmha(torch.empty(8, 9, 64, device="meta"), k, k, None, True)
+    with pytest.raises(NotImplementedError, match="forward only"):
+        at._tilegym_fmha(q, k, k, has_backward=True)

@@ -177,3 +177,27 @@ def test_tilegym_registration_and_check_smoke() -> None:
     assert "attention_sink max abs error" in _op.ops()["attention_sink"].smoke(torch.device("cuda"))
     [record] = tilegym_cutile_rs.warmup([(1, 1, 1024, 8, 8, 64)], ["bfloat16"], ops=["attention_sink"])
     assert record["op"] == "attention_sink" and record["config"].splits > 1
+
+
+@pytest.mark.parametrize("s_q, s_kv, causal", [(37, 37, True), (16, 300, True), (33, 70, False), (1, 4096, False)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_tilegym_fmha_and_fmha_decode_match_sdpa(s_q: int, s_kv: int, causal: bool, dtype: torch.dtype) -> None:
+    import torch.nn.functional as F
+    from tilegym_cutile_rs.ops import attention_sink as at
+
+    torch.manual_seed(5)
+    # transformers' layout: [B, S, H, D] projections seen as [B, H, S, D]; 32 q heads over 8 kv heads.
+    q = torch.randn(2, s_q, 32, 128, device="cuda", dtype=dtype).transpose(1, 2)
+    k = torch.randn(2, s_kv, 8, 128, device="cuda", dtype=dtype).transpose(1, 2)
+    v = torch.randn(2, s_kv, 8, 128, device="cuda", dtype=dtype).transpose(1, 2)
+    if s_q == 1:
+        got = at._tilegym_fmha_decode(q, k, v, 0.1)
+    else:
+        got = at._tilegym_fmha(q, k, v, 0.1, is_causal=causal)
+    kf, vf = k.float().repeat_interleave(4, 1), v.float().repeat_interleave(4, 1)
+    mask = None
+    if causal:  # bottom-right: query i sits at position s_kv - s_q + i
+        mask = torch.ones(s_q, s_kv, dtype=torch.bool, device="cuda").tril(s_kv - s_q)
+    want = F.scaled_dot_product_attention(q.float(), kf, vf, attn_mask=mask, scale=0.1)
+    assert got.shape == q.shape and got.dtype == dtype
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)

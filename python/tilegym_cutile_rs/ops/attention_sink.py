@@ -422,6 +422,70 @@ def _tilegym_attention_sink(
     return attention_sink(query, key, value, sinks, sm_scale, sliding_window, start_q)
 
 
+# fmha without sinks on the attention-with-sinks kernel: a sink logit this low weighs
+# exp(sink - max) = 0 in float32 against any real score, and, unlike -inf, keeps the running
+# max finite in a split or tile where a row sees no key yet.
+NO_SINK = -1e30
+_no_sinks: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def _absent_sinks(heads: int, device: torch.device) -> torch.Tensor:
+    import torch
+
+    key = (device.index or 0, heads)
+    found = _no_sinks.get(key)
+    if found is None:
+        found = torch.full((heads,), NO_SINK, dtype=torch.float32, device=device)
+        if found.is_meta or not torch.cuda.is_current_stream_capturing():  # a capture's allocation is the graph's
+            _no_sinks[key] = found
+    return found
+
+
+def _fmha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, causal: bool) -> torch.Tensor:
+    """softmax(q k^T * scale) v for q `[B, H, S_q, D]` and k, v `[B, H_kv, S_kv, D]` (H a multiple
+    of H_kv: grouped-query attention), causal aligned to the last key (queries at positions
+    S_kv - S_q onwards, as transformers' prefill with a cache), on attention_sink's kernel with
+    no sink; a `[B, H, S_q, D]` view of `[B, S_q, H, D]` memory comes back. q, k and v in
+    transformers' layout (`[B, S, H, D]` memory seen transposed) are read in place; others are
+    copied once."""
+    import torch
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"fmha takes q, k and v as [batch, heads, seq, head_dim] tensors; {name} is {getattr(t, 'shape', t)!r}")
+    b, h, s_q, d = q.shape
+    h_kv, s_kv = k.shape[1], k.shape[2]
+    if h_kv == 0 or h % h_kv:
+        raise ValueError(f"fmha: q's {h} heads must be a multiple of k's {h_kv} (grouped-query attention)")
+    if causal and s_q > s_kv:
+        raise ValueError(f"fmha: a causal call needs S_q <= S_kv (queries end at the last key); got {s_q} and {s_kv}")
+    query = q.transpose(1, 2).reshape(b, s_q, h_kv, h // h_kv, d)
+    key, value = k.transpose(1, 2), v.transpose(1, 2)
+    scale = 1 / math.sqrt(d) if scale is None else float(scale)
+    start = s_kv - s_q if causal else s_kv  # non-causal: every query sits past the last key
+    out = attention_sink(query, key, value, _absent_sinks(h, q.device), scale, None, start)
+    return out.view(b, s_q, h, d).transpose(1, 2)
+
+
+def _tilegym_fmha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float | None = None, is_causal: bool = True,
+                  **kwargs: Any) -> torch.Tensor:
+    """TileGym's `fmha(q, k, v, scaling=None, is_causal=True, **kwargs)` (prefill): forward only,
+    as attention_sink (`has_backward=True` or inputs that require grad raise);
+    `kernel_configs` picks among TileGym's own kernels and is ignored."""
+    if kwargs.get("has_backward"):
+        raise NotImplementedError("fmha on cutile-rs is forward only (no attention backward kernel yet); pass has_backward=False")
+    _op.ignore_kwargs("fmha", kwargs, documented=("has_backward", "kernel_configs"))
+    return _fmha(q, k, v, scaling, is_causal)
+
+
+def _tilegym_fmha_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float | None,
+                         kv_len_per_split: int | None = None, **kwargs: Any) -> torch.Tensor:
+    """TileGym's `fmha_decode(q, k, v, sm_scale, kv_len_per_split=None)`: q `[B, H, 1, D]`
+    against every key; our split-KV heuristic picks the splits (`kv_len_per_split` is ignored)."""
+    _op.ignore_kwargs("fmha_decode", kwargs)
+    return _fmha(q, k, v, sm_scale, False)
+
+
 def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, autotune: bool) -> AttentionSinkConfig:
     """Compile (and optionally autotune) attention_sink for `shape` = (B, S_q, S_kv, H_kv, G, D)."""
     import torch
@@ -557,6 +621,13 @@ def _shipped(device: torch.device) -> None:
             for sinks_dtype in (dtype, torch.float32):
                 sinks = torch.empty(h_kv * group, dtype=sinks_dtype, device=device)
                 attention_sink(q, k, torch.empty_like(k), sinks, 1 / math.sqrt(d), window, max(0, s_kv - s_q))
+    # TileGym's fmha and fmha_decode (no sinks) for Llama 3 8B (32 q heads, 8 kv heads, head dim
+    # 128) in transformers' layout: a 4096-token prefill and a decode step over 4096 keys.
+    for dtype in (torch.bfloat16, torch.float16):
+        for s_q in (4096, 1):
+            q = torch.empty(1, s_q, 32, 128, dtype=dtype, device=device).transpose(1, 2)
+            k = torch.empty(1, 4096, 8, 128, dtype=dtype, device=device).transpose(1, 2)
+            _fmha(q, k, torch.empty_like(k), None, s_q > 1)
     # The smoke test's call (python -m tilegym_cutile_rs.check).
     q, k = torch.empty(2, 33, 2, 4, 64, dtype=torch.bfloat16, device=device), torch.empty(2, 40, 2, 64, dtype=torch.bfloat16, device=device)
     attention_sink(q, k, torch.empty_like(k), torch.empty(8, device=device), 0.125, 16, 7)
@@ -662,6 +733,8 @@ TUNINGS = [
 ]
 
 OP = _op.OpSpec(
-    "attention_sink", tilegym={"attention_sink": _tilegym_attention_sink}, warmup=_warmup, smoke=_smoke, shipped=_shipped,
+    "attention_sink",
+    tilegym={"attention_sink": _tilegym_attention_sink, "fmha": _tilegym_fmha, "fmha_decode": _tilegym_fmha_decode},
+    warmup=_warmup, smoke=_smoke, shipped=_shipped,
     torch_ops=TORCH_OPS, tunings=TUNINGS,
 )
