@@ -93,6 +93,30 @@ def bench_timer() -> Callable[[Callable[[], Any]], float]:
         return events
 
 
+def best_gbs(calls: dict[str, Callable[[], Any]], rounds: int, bench: Callable[[Callable[[], Any]], float], nbytes: int,
+             grad: bool = False) -> dict[str, float]:
+    """GB/s of each call moving `nbytes`: `rounds` rounds, the calls taking their turns in each
+    (so a slow spell of the machine hits them alike), each keeping its best; autograd on with `grad`."""
+    gbs = dict.fromkeys(calls, 0.0)
+    for _ in range(rounds):
+        for name, call in calls.items():
+            with torch.set_grad_enabled(grad):
+                ms = bench(call)
+            gbs[name] = max(gbs[name], nbytes / (ms * 1e-3) / 1e9)
+    return gbs
+
+
+def bandwidth_row(labels: list[str], gbs: dict[str, float], peers: list[str], wrong: set[str]) -> str:
+    """A memory-bound table's row: the labels, "copy", each peer's GB/s ("wrong" where it
+    disagreed with the reference, and then not ranked), ours, ours / best peer, ours / copy."""
+    ranked = [gbs[n] for n in peers if n not in wrong]
+    best = max(ranked) if ranked else float("nan")
+    ours = gbs.get("ours", 0.0)
+    cells = [f"{gbs['copy']:.0f}", *("wrong" if n in wrong else f"{gbs[n]:.0f}" for n in peers),
+             "wrong" if "ours" in wrong else f"{ours:.0f}", f"{ours / best:.2f}x", f"{ours / gbs['copy']:.2f}"]
+    return "| " + " | ".join([*labels, *cells]) + " |"
+
+
 def table_head(title: str, columns: list[str]) -> None:
     """Print a markdown table's title and header lines."""
     print(f"\n### {title}\n")

@@ -28,7 +28,7 @@ from typing import Any
 
 import tilegym_cutile_rs
 import torch
-from _timing import Rows, bench_timer, copy_call, table_head
+from _timing import Rows, bandwidth_row, bench_timer, best_gbs, copy_call, table_head
 
 # LLM hidden sizes (Llama 3 8B / 70B, Qwen 2 7B, GPT-OSS) at prefill / training batches and a
 # decode step, and a per-head size (q/k norms: 128).
@@ -148,18 +148,8 @@ def main() -> None:
             else:
                 y = fn(x, w)  # the graph once; each timed call runs only the backward
                 calls[name] = lambda y=y, x=x, w=w, dy=dy: torch.autograd.grad(y, (x, w), dy, retain_graph=True)
-        gbs = dict.fromkeys(calls, 0.0)
-        for _ in range(args.rounds):
-            for name, call in calls.items():
-                with torch.set_grad_enabled(grad):
-                    ms = bench(call)
-                gbs[name] = max(gbs[name], nbytes / (ms * 1e-3) / 1e9)
-        ranked = [gbs[k] for k in names if k not in wrong]
-        best = max(ranked) if ranked else float("nan")
-        cells = " | ".join("wrong" if k in wrong else f"{gbs[k]:.0f}" for k in names)
-        ours = "wrong" if "ours" in wrong else f"{gbs['ours']:.0f}"
-        print(f"| {m} x {n} | {dtype_name} | {gbs['copy']:.0f} | {cells} | {ours} | "
-              f"{gbs.get('ours', 0.0) / best:.2f}x | {gbs.get('ours', 0.0) / gbs['copy']:.2f} |", flush=True)
+        gbs = best_gbs(calls, args.rounds, bench, nbytes, grad)
+        print(bandwidth_row([f"{m} x {n}", dtype_name], gbs, names, wrong), flush=True)
         del x, w, dy, calls, ref
         torch.cuda.empty_cache()
     rows.report()

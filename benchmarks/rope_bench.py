@@ -26,7 +26,7 @@ from typing import Any
 
 import tilegym_cutile_rs
 import torch
-from _timing import Rows, bench_timer, copy_call, table_head
+from _timing import Rows, bandwidth_row, bench_timer, best_gbs, copy_call, table_head
 
 # (batch, seq, q heads, kv heads, head_dim): Llama 3 8B prefill and a batched decode step,
 # Llama 3 70B, Qwen 2 7B, GPT-OSS (head_dim 64).
@@ -141,18 +141,8 @@ def main() -> None:
                 qe, ke = fn(q.clone(), k.clone(), cos, sin)
                 dq, dk = torch.randn_like(qe), torch.randn_like(ke)
                 calls[name] = lambda qe=qe, ke=ke, q=q, k=k, dq=dq, dk=dk: torch.autograd.grad((qe, ke), (q, k), (dq, dk), retain_graph=True)
-        gbs = dict.fromkeys(calls, 0.0)
-        for _ in range(args.rounds):
-            for name, call in calls.items():
-                with torch.set_grad_enabled(grad):
-                    ms = bench(call)
-                gbs[name] = max(gbs[name], nbytes / (ms * 1e-3) / 1e9)
-        ranked = [gbs[n] for n in names if n not in wrong]
-        best = max(ranked) if ranked else float("nan")
-        cells = " | ".join("wrong" if n in wrong else f"{gbs[n]:.0f}" for n in names)
-        ours = "wrong" if "ours" in wrong else f"{gbs['ours']:.0f}"
-        print(f"| {b} x {s} x {hq}/{hk} x {d} | {dtype_name} | {gbs['copy']:.0f} | {cells} | {ours} | "
-              f"{gbs.get('ours', 0.0) / best:.2f}x | {gbs.get('ours', 0.0) / gbs['copy']:.2f} |", flush=True)
+        gbs = best_gbs(calls, args.rounds, bench, nbytes, grad)
+        print(bandwidth_row([f"{b} x {s} x {hq}/{hk} x {d}", dtype_name], gbs, names, wrong), flush=True)
         del q0, k0, cos, sin, calls, ref
         torch.cuda.empty_cache()
     rows.report()

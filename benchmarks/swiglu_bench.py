@@ -30,7 +30,7 @@ from typing import Any
 import tilegym_cutile_rs
 import torch
 import torch.nn.functional as F
-from _timing import Rows, bench_timer, copy_call, table_head
+from _timing import Rows, bandwidth_row, bench_timer, best_gbs, copy_call, table_head
 
 # LLM MLP widths (Llama-3 8B: 14336, Llama-2 7B: 11008) at prefill and decode, and
 # TileGym's silu_and_mul perf shapes (64 x 1024 tokens, hidden 512-8192).
@@ -134,21 +134,8 @@ def main() -> None:
             else:
                 y = fn(*inputs)  # the graph once; each timed call runs only the backward
                 calls[name] = lambda y=y, inputs=inputs, dy=dy: torch.autograd.grad(y, inputs, dy, retain_graph=True)
-        gbs = dict.fromkeys(calls, 0.0)
-        for _ in range(args.rounds):
-            for name, call in calls.items():
-                with torch.set_grad_enabled(grad):
-                    ms = bench(call)
-                gbs[name] = max(gbs[name], nbytes / (ms * 1e-3) / 1e9)
-        ranked = [gbs[n] for n in names if n not in wrong]
-        best = max(ranked) if ranked else float("nan")
-        cells = " | ".join("wrong" if n in wrong else f"{gbs[n]:.0f}" for n in names)
-        ours = "wrong" if "ours" in wrong else f"{gbs['ours']:.0f}"
-        print(
-            f"| {m} x {h} | {dtype_name} | {gbs['copy']:.0f} | {cells} | {ours} | "
-            f"{gbs.get('ours', 0.0) / best:.2f}x | {gbs.get('ours', 0.0) / gbs['copy']:.2f} |",
-            flush=True,
-        )
+        gbs = best_gbs(calls, args.rounds, bench, nbytes, grad)
+        print(bandwidth_row([f"{m} x {h}", dtype_name], gbs, names, wrong), flush=True)
         del inputs, dy, calls, ref
         torch.cuda.empty_cache()
     rows.report()

@@ -24,7 +24,6 @@ fn rope_lowers_for_every_dtype_and_architecture() {
         ];
         let generics = [dtype.to_string(), heads.to_string(), "8".to_string(), d.to_string(), half.to_string()];
         let generics: Vec<&str> = generics.iter().map(String::as_str).collect();
-        let kernel = if 2 * half < d { "rope_partial" } else { "rope" };
-        common::lower_and_assemble(__module_ast_self, "rope_kernels", kernel, &generics, strides, &ARCHS);
+        common::lower_and_assemble(__module_ast_self, "rope_kernels", "rope", &generics, strides, &ARCHS);
     }
 }

@@ -13,7 +13,9 @@
 pub mod rope_kernels {
     use cutile::core::*;
 
-    /// Every dim rotated (2 * HALF = D).
+    /// The first 2 * HALF dims rotated; with a partial rotary factor (2 * HALF < D) the
+    /// HALF-wide blocks after them copied (the condition folds at compile time: tileiras
+    /// refuses the copy loop where it has no iteration).
     #[cutile::entry()]
     fn rope<E: ElementType, const THQ: i32, const THK: i32, const D: i32, const HALF: i32>(
         q_out: &mut Tensor<E, { [1, THQ, D] }>,
@@ -28,27 +30,10 @@ pub mod rope_kernels {
             position::<E, D, HALF>(q, cos, sin, sign);
         rotate::<E, THQ, D, HALF>(q, q_out, batch, pos, c, s);
         rotate::<E, THK, D, HALF>(k, k_out, batch, pos, c, s);
-    }
-
-    /// A partial rotary factor: the first 2 * HALF dims rotated, the HALF-wide blocks after
-    /// them copied (a kernel of its own: the copy loop has no iteration when 2 * HALF = D,
-    /// which tileiras refuses).
-    #[cutile::entry()]
-    fn rope_partial<E: ElementType, const THQ: i32, const THK: i32, const D: i32, const HALF: i32>(
-        q_out: &mut Tensor<E, { [1, THQ, D] }>,
-        k_out: &mut Tensor<E, { [1, THK, D] }>,
-        q: &Tensor<E, { [-1, -1, -1, D] }>,
-        k: &Tensor<E, { [-1, -1, -1, D] }>,
-        cos: &Tensor<E, { [-1, -1, -1] }>,
-        sin: &Tensor<E, { [-1, -1, -1] }>,
-        sign: f32,
-    ) {
-        let (batch, pos, c, s): (i32, i32, Tile<f32, { [1, HALF] }>, Tile<f32, { [1, HALF] }>) =
-            position::<E, D, HALF>(q, cos, sin, sign);
-        rotate::<E, THQ, D, HALF>(q, q_out, batch, pos, c, s);
-        copy_rest::<E, THQ, D, HALF>(q, q_out, batch, pos);
-        rotate::<E, THK, D, HALF>(k, k_out, batch, pos, c, s);
-        copy_rest::<E, THK, D, HALF>(k, k_out, batch, pos);
+        if 2i32 * HALF < D {
+            copy_rest::<E, THQ, D, HALF>(q, q_out, batch, pos);
+            copy_rest::<E, THK, D, HALF>(k, k_out, batch, pos);
+        }
     }
 
     /// This CTA's batch and position, and its cos and sin rows (sin times `sign`).

@@ -45,8 +45,7 @@ fn check_tables(cos: &CheckedTensor, sin: &CheckedTensor, b: i32, s: i32, half: 
     Ok(())
 }
 
-/// The launch: both outputs in `[1, heads, D]` tiles (one CTA per batch and position);
-/// `rope_partial` where dims past the rotated 2 * half are copied.
+/// The launch: both outputs in `[1, heads, D]` tiles (one CTA per batch and position).
 fn describe<'a>(
     [q_out, k_out, q, k, cos, sin]: [&'a CheckedTensor; 6],
     sign: f32,
@@ -63,8 +62,7 @@ fn describe<'a>(
         Param::In("sin", sin),
         Param::F32("sign", sign),
     ];
-    let kernel = if 2 * half < d { "rope_partial" } else { "rope" };
-    Launch { module: KERNELS, kernel, generics: Generic::list(&[q.dtype], &[heads_q, heads_k, d, half]), hints, params }
+    Launch { module: KERNELS, kernel: "rope", generics: Generic::list(&[q.dtype], &[heads_q, heads_k, d, half]), hints, params }
 }
 
 // The C export's flat scalar parameters, passed straight through.
@@ -129,16 +127,11 @@ fn launch_first<T: cutile::DType>(first: &FirstLaunch, launch: &Launch, [q_out, 
     // SAFETY: torch owns the allocations and keeps them alive while the work it ordered on
     // the stream runs; q_out and k_out are fresh outputs nobody else writes meanwhile.
     let tensor = |t: &CheckedTensor| unsafe { first.borrow::<T>(t) };
-    let ([tq, tk], sign) = ([launch.tile::<3>("q_out"), launch.tile::<3>("k_out")], launch.float("sign"));
-    if launch.kernel == "rope_partial" {
-        crate::typed_launch!(first, {
-            let (mut qo, mut ko, qt, kt, ct, st) = (tensor(q_out), tensor(k_out), tensor(q), tensor(k), tensor(cos), tensor(sin));
-        } rope_kernels::rope_partial((&mut qo).partition(tq), (&mut ko).partition(tk), &qt, &kt, &ct, &st, sign))
-    } else {
-        crate::typed_launch!(first, {
-            let (mut qo, mut ko, qt, kt, ct, st) = (tensor(q_out), tensor(k_out), tensor(q), tensor(k), tensor(cos), tensor(sin));
-        } rope_kernels::rope((&mut qo).partition(tq), (&mut ko).partition(tk), &qt, &kt, &ct, &st, sign))
-    }
+    crate::typed_launch!(first, {
+        let (mut qo, mut ko, qt, kt, ct, st) = (tensor(q_out), tensor(k_out), tensor(q), tensor(k), tensor(cos), tensor(sin));
+    } rope_kernels::rope(
+        (&mut qo).partition(launch.tile::<3>("q_out")), (&mut ko).partition(launch.tile::<3>("k_out")),
+        &qt, &kt, &ct, &st, launch.float("sign")))
 }
 
 #[cfg(test)]
@@ -156,12 +149,7 @@ mod tests {
         let (qo, ko) = (view(&[14, 32, 128], &[4096, 128, 1]), view(&[14, 8, 128], &[1024, 128, 1]));
         let cos = view(&[2, 7, 128], &[896, 128, 1]);
         let hints = Hints::checked(0, 0).unwrap();
-        let launch = describe([&qo, &ko, &q, &k, &cos, &cos], 1.0, [64, 32, 8], hints);
-        assert_eq!(launch.kernel, "rope");
-        crate::launch::signature::assert_matches_kernel(&launch);
-        let partial = describe([&qo, &ko, &q, &k, &cos, &cos], 1.0, [16, 32, 8], hints);
-        assert_eq!(partial.kernel, "rope_partial");
-        crate::launch::signature::assert_matches_kernel(&partial);
+        crate::launch::signature::assert_matches_kernel(&describe([&qo, &ko, &q, &k, &cos, &cos], 1.0, [64, 32, 8], hints));
     }
 
     #[test]
