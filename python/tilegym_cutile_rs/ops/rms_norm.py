@@ -125,6 +125,8 @@ DECISIONS_MAX = 4096
 def _config(x2: torch.Tensor, config: Any, index: int, backward: bool = False) -> RmsNormConfig:
     if config is not None:
         return _op.check_config(config, RmsNormConfig)
+    if index < 0:  # describing the shipped kernels: each described target takes its own heuristic
+        return rms_norm_config(x2.shape[0], x2.shape[1], x2.dtype, index, backward=backward)
     key = (index, x2.dtype, x2.shape[0], x2.shape[1], backward)
     found = _decisions.get(key)
     if found is None:
