@@ -462,7 +462,7 @@ def _tuning_bench_backward(problem: _tuned.Problem, device: Any) -> Any:
 
     x, w, dy = _tuning_inputs(problem, device)
     xr, wr = x.float().requires_grad_(True), w.float().requires_grad_(True)
-    (xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + 1e-6) * wr).backward(dy.float())
+    torch.autograd.backward([xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + 1e-6) * wr], [dy.float()])
     assert xr.grad is not None and wr.grad is not None
     dx_ref, dw_ref = xr.grad.to(x.dtype), wr.grad
     dx, dw = torch.empty_like(x), torch.empty_like(w)
