@@ -44,6 +44,15 @@ def device_index(t: torch.Tensor) -> int:
     return t.get_device()
 
 
+def row_view(t: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """`t` as the `[m, n]` view a row kernel reads in place (unit column stride, rows apart),
+    else a contiguous copy."""
+    t2 = t.reshape(m, n)
+    if (n > 1 and t2.stride(1) != 1) or (m > 1 and t2.stride(0) < n):
+        t2 = t2.contiguous()
+    return t2
+
+
 def tensor_descs(*tensors: torch.Tensor) -> tuple[Any, ...]:
     """A `TensorDesc *` for each tensor, in order (the cdata keeps each alive)."""
     return tuple(_abi.tensor_desc(t) for t in tensors)

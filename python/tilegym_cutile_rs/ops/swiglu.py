@@ -77,14 +77,6 @@ chooser = _op.Chooser("swiglu", SwigluConfig, forward_plans)
 backward_chooser = _op.Chooser("swiglu backward", SwigluConfig)
 
 
-def _rows(t: torch.Tensor, m: int, h: int) -> torch.Tensor:
-    """`t` as an `[m, h]` view the kernels read in place (unit column stride, rows apart), else a copy."""
-    t2 = t.reshape(m, h)
-    if (h > 1 and t2.stride(1) != 1) or (m > 1 and t2.stride(0) < h):
-        t2 = t2.contiguous()
-    return t2
-
-
 def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool, backward: bool = False) -> SwigluConfig:
     """The forward kernel's config (or with `backward` the backward kernel's own: its tiles
     hold three inputs and two outputs, so the forward's fitted tiles are not its best)."""
@@ -135,7 +127,7 @@ def _backward(
         index = _op.device_index(a2)
         if config is None:
             _device.prepare(index)
-        _launch_backward(dg, _rows(dy, m, h), a2, b2, _choose(a2, index, config, autotune, backward=True), index)
+        _launch_backward(dg, _op.row_view(dy, m, h), a2, b2, _choose(a2, index, config, autotune, backward=True), index)
 
 
 def _swiglu_grad_planes(
@@ -208,7 +200,7 @@ def _autograd_functions() -> tuple[Any, Any]:
         def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor:
             h = a.shape[-1] if a.dim() else 1
             m = a.numel() // max(h, 1)
-            a2, b2 = _rows(a, m, h), _rows(b, m, h)
+            a2, b2 = _op.row_view(a, m, h), _op.row_view(b, m, h)
             y2 = torch.empty((m, h), dtype=a.dtype, device=a.device)
             _forward(a2, b2, y2, config, autotune)
             ctx.config, ctx.autotune = config, autotune  # an explicit config serves both kernels
@@ -229,7 +221,7 @@ def _autograd_functions() -> tuple[Any, Any]:
         def forward(ctx: Any, x: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor:
             h2 = x.shape[-1]
             m, h = x.numel() // max(h2, 1), h2 // 2
-            x2 = _rows(x, m, h2)
+            x2 = _op.row_view(x, m, h2)
             y2 = torch.empty((m, h), dtype=x.dtype, device=x.device)
             _forward(x2[:, :h], x2[:, h:], y2, config, autotune)
             ctx.config, ctx.autotune = config, autotune
@@ -290,7 +282,7 @@ def swiglu(
         return with_grad
     h = a.shape[-1] if a.dim() else 1
     m = a.numel() // max(h, 1)
-    a2, b2 = _rows(a, m, h), _rows(b, m, h)
+    a2, b2 = _op.row_view(a, m, h), _op.row_view(b, m, h)
     y2 = torch.empty((m, h), dtype=a.dtype, device=a.device)
     chosen = _forward(a2, b2, y2, config, autotune)
     if config is None and not autotune and type(a) is type(b) is torch.Tensor and a2.numel():
@@ -356,7 +348,7 @@ def silu_and_mul(
         with_grad: torch.Tensor = _autograd_functions()[1].apply(x, config, autotune)
         return with_grad
     m = x.numel() // max(2 * h, 1)
-    x2 = _rows(x, m, 2 * h)
+    x2 = _op.row_view(x, m, 2 * h)
     direct = out is not None and out.is_contiguous()
     y2 = out.view(m, h) if out is not None and direct else torch.empty((m, h), dtype=x.dtype, device=x.device)
     _forward(x2[:, :h], x2[:, h:], y2, config, autotune)
@@ -481,7 +473,7 @@ def _backward_swiglu(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 def _op_swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     h = a.shape[-1] if a.dim() else 1
     m = a.numel() // max(h, 1)
-    return _swiglu_grad_planes(dy, _rows(a, m, h), _rows(b, m, h), None, a.shape)
+    return _swiglu_grad_planes(dy, _op.row_view(a, m, h), _op.row_view(b, m, h), None, a.shape)
 
 
 def _fake_swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -540,7 +532,7 @@ def _backward_silu_and_mul(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, No
 
 def _op_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     h2 = x.shape[-1]
-    return _silu_and_mul_grad(dy, _rows(x, x.numel() // max(h2, 1), h2), None, x.shape)
+    return _silu_and_mul_grad(dy, _op.row_view(x, x.numel() // max(h2, 1), h2), None, x.shape)
 
 
 def _fake_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
