@@ -71,14 +71,6 @@ def _backward_rows(m: int, block_m: int, sms: int) -> int:
     return max(block_m, _op.next_pow2(-(-m // (BACKWARD_CTAS_PER_SM * sms))))
 
 
-def _rows(t: torch.Tensor, m: int, n: int) -> torch.Tensor:
-    """`t` as an `[m, n]` view the kernels read in place (unit column stride), else a copy."""
-    t2 = t.reshape(m, n)
-    if (n > 1 and t2.stride(1) != 1) or (m > 1 and t2.stride(0) < n):
-        t2 = t2.contiguous()
-    return t2
-
-
 def _check_alike(x: torch.Tensor, weight: torch.Tensor) -> None:
     """The checks that need no data (the fake implementations make them too)."""
     import torch
@@ -116,24 +108,27 @@ def _check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: flo
     _check_scalars(eps, offset)
 
 
-# The heuristic's decisions, per (device, dtype, m, n, backward): a table lookup reads the
-# device's name and searches the entries, too slow for every call of a launch-bound row.
-_decisions: dict[tuple[Any, ...], RmsNormConfig] = {}
-DECISIONS_MAX = 4096
+forward_chooser = _op.Chooser("rms_norm", RmsNormConfig)
+backward_chooser = _op.Chooser("rms_norm backward", RmsNormConfig)
 
 
-def _config(x2: torch.Tensor, config: Any, index: int, backward: bool = False) -> RmsNormConfig:
+def _config(x2: torch.Tensor, config: Any, index: int, backward: bool = False, autotune: bool = False) -> RmsNormConfig:
+    """The forward kernel's config (or with `backward` the backward kernel's): an explicit one,
+    else the chooser's (autotuned where asked), memoised per problem (a table lookup reads the
+    device's name and searches the entries, too slow for every call of a launch-bound row)."""
     if config is not None:
         return _op.check_config(config, RmsNormConfig)
-    if index < 0:  # describing the shipped kernels: each described target takes its own heuristic
-        return rms_norm_config(x2.shape[0], x2.shape[1], x2.dtype, index, backward=backward)
-    key = (index, x2.dtype, x2.shape[0], x2.shape[1], backward)
-    found = _decisions.get(key)
-    if found is None:
-        if len(_decisions) >= DECISIONS_MAX:
-            _decisions.clear()
-        found = _decisions[key] = rms_norm_config(x2.shape[0], x2.shape[1], x2.dtype, index, backward=backward)
-    return found
+    m, n = x2.shape
+    problem = _tuned.problem(x2.dtype, m, n)
+    kernel = "rms_norm_backward" if backward else "rms_norm"
+    return (backward_chooser if backward else forward_chooser).choose(
+        (index, x2.dtype, m, n),
+        lambda: f"{kernel}|{_device.name(index)}|{x2.dtype}|n={n}|m~{min(_op.next_pow2(m), 1 << 20)}",
+        lambda: rms_norm_config(m, n, x2.dtype, index, backward=backward),
+        lambda: _tuning_candidates(problem),
+        lambda: (_tuning_bench_backward if backward else _tuning_bench)(problem, x2.device),
+        autotune,
+    )
 
 
 def _launch_forward(y2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config: tuple[int, ...],
@@ -165,7 +160,7 @@ def _forward(x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config
 
     n = x.shape[-1]
     m = x.numel() // max(n, 1)
-    x2 = _rows(x, m, n)
+    x2 = _op.row_view(x, m, n)
     y2 = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m and n:
         index = _op.device_index(x)
@@ -184,7 +179,7 @@ def _backward(
     m = x.numel() // max(n, 1)
     if m == 0 or n == 0:
         return torch.zeros_like(x), torch.zeros_like(w)
-    x2, dy2 = _rows(x, m, n), _rows(dy, m, n)
+    x2, dy2 = _op.row_view(x, m, n), _op.row_view(dy, m, n)
     index = _op.device_index(x)
     _device.prepare(index)
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -369,15 +364,18 @@ TORCH_OPS = (
 
 
 def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, autotune: bool) -> RmsNormConfig:
-    """Compile rms_norm's forward and backward kernels for x of `shape`."""
+    """Compile (and with `autotune` tune) rms_norm's forward and backward kernels for x of `shape`;
+    returns the forward's config."""
     import torch
 
     x = torch.randn(shape, device=device).to(dtype).requires_grad_(True)
     w = torch.randn(shape[-1], device=device).to(dtype).requires_grad_(True)
+    x2, index = x.detach().reshape(-1, shape[-1]), _op.device_index(x)
+    _config(x2, None, index, backward=True, autotune=autotune)
+    chosen = _config(x2, None, index, autotune=autotune)
     y = rms_norm(x, w)
     torch.autograd.backward([y], [torch.ones_like(y)])
-    n = shape[-1]
-    return rms_norm_config(x.numel() // max(n, 1), n, dtype, _op.device_index(x))
+    return chosen
 
 
 def _smoke(device: torch.device) -> str:
