@@ -148,26 +148,34 @@ plans = _op.Plans("attention_sink", EXPORT)
 _PLAN_SPLITS = 4 + AttentionSinkConfig._fields.index("splits")
 chooser = _op.Chooser("attention_sink", AttentionSinkConfig, plans)
 
-# start_q given as an int: a one-element int32 tensor per (device, value), made once
-# (outside a graph capture) so a repeated call launches no fill kernel.
-_start_tensors: dict[tuple[int, int], torch.Tensor] = {}
-_start_lock = threading.Lock()
+# Small constant device tensors the kernels read (start_q given as an int; fmha's absent
+# sinks), made once per (device, length, value, dtype) outside a graph capture, so a repeated
+# call launches no fill kernel.
+_filled_tensors: dict[tuple[Any, ...], torch.Tensor] = {}
+_filled_lock = threading.Lock()
+
+
+def _filled(length: int, value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    import torch
+
+    key = (device.index or 0, length, value, dtype)
+    found = _filled_tensors.get(key)
+    if found is not None:
+        return found
+    made = torch.full((length,), value, dtype=dtype, device=device)
+    if made.is_meta or not torch.cuda.is_current_stream_capturing():  # a capture's allocation is the graph's
+        with _filled_lock:
+            if len(_filled_tensors) >= 4096:
+                _filled_tensors.clear()
+            _filled_tensors[key] = made
+    return made
 
 
 def _start_tensor(value: int, device: torch.device) -> torch.Tensor:
+    """start_q given as an int: the one-element int32 tensor the kernels read."""
     import torch
 
-    key = (device.index or 0, value)
-    found = _start_tensors.get(key)
-    if found is not None:
-        return found
-    made = torch.full((1,), value, dtype=torch.int32, device=device)
-    if made.is_meta or not torch.cuda.is_current_stream_capturing():  # a capture's allocation is the graph's
-        with _start_lock:
-            if len(_start_tensors) >= 4096:
-                _start_tensors.clear()
-            _start_tensors[key] = made
-    return made
+    return _filled(1, value, torch.int32, device)
 
 
 def _start_q(start_q: Any, s_kv: int, device: torch.device) -> torch.Tensor:
@@ -426,19 +434,12 @@ def _tilegym_attention_sink(
 # exp(sink - max) = 0 in float32 against any real score, and, unlike -inf, keeps the running
 # max finite in a split or tile where a row sees no key yet.
 NO_SINK = -1e30
-_no_sinks: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def _absent_sinks(heads: int, device: torch.device) -> torch.Tensor:
     import torch
 
-    key = (device.index or 0, heads)
-    found = _no_sinks.get(key)
-    if found is None:
-        found = torch.full((heads,), NO_SINK, dtype=torch.float32, device=device)
-        if found.is_meta or not torch.cuda.is_current_stream_capturing():  # a capture's allocation is the graph's
-            _no_sinks[key] = found
-    return found
+    return _filled(heads, NO_SINK, torch.float32, device)
 
 
 def _fmha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, causal: bool) -> torch.Tensor:
