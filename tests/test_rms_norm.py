@@ -11,8 +11,6 @@ from tilegym_cutile_rs.ops import rms_norm as rn
 
 from .test_abi import desc
 
-F32 = 0  # the TensorDesc dtype code of float32 (test_abi.desc's default)
-
 
 def forward(lib, y, x, w, eps=1e-6, offset=0.0, config=(1, 128, 0, 0)):  # type: ignore[no-untyped-def]
     return lib.cutile_rms_norm_forward(y, x, w, eps, offset, *config, 0, 0), _library.last_error()
