@@ -48,7 +48,7 @@ echo "== install from $wheelhouse"
 "$python" -m pip install --no-index --find-links "$wheelhouse" --upgrade --force-reinstall --no-deps "$wheelhouse"/tilegym_cutile_rs-*.whl
 "$python" -m pip install --no-index --find-links "$wheelhouse" "$spec" pytest hypothesis
 # TileGym imports with torch, cuda-bindings and cuda-tile; its other requirements
-# (transformers, pandas, ...) serve models, not the ops tested here. Without them in
+# (pandas, matplotlib, ...) serve its benchmarks, not the ops tested here. Without TileGym in
 # the wheelhouse the TileGym tests skip, which fails the run below.
 if compgen -G "$wheelhouse/tilegym-*.whl" >/dev/null; then
   "$python" -m pip install --no-index --find-links "$wheelhouse" --no-deps tilegym cuda-tile
@@ -62,6 +62,12 @@ fi
 # the machine has; without this its wheel sat in the wheelhouse and its columns went missing.
 if compgen -G "$wheelhouse/liger_kernel-*.whl" >/dev/null; then
   "$python" -m pip install --no-index --find-links "$wheelhouse" --no-deps liger-kernel
+fi
+
+# transformers (TileGym's pinned 5.3.0) and its requirements: the model-patch tests run
+# TileGym's Llama and GPT-OSS patches on small models (tests/test_model_patches_gpu.py).
+if compgen -G "$wheelhouse/transformers-*.whl" >/dev/null; then
+  "$python" -m pip install --no-index --find-links "$wheelhouse" transformers
 fi
 
 status=0

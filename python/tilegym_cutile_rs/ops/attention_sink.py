@@ -430,6 +430,26 @@ def _tilegym_attention_sink(
     return attention_sink(query, key, value, sinks, sm_scale, sliding_window, start_q)
 
 
+def _tilegym_attention_sink_decode(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    sinks: torch.Tensor,
+    sm_scale: float = 0.125,
+    sliding_window: int | None = None,
+    start_q: int | torch.Tensor = 0,
+    kv_len_per_split: int | None = None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """TileGym's `attention_sink_decode(query, key, value, sinks, sm_scale, sliding_window,
+    start_q, kv_len_per_split=None)`, which its GPT-OSS patch calls for every decode step
+    (S_q = 1): the same kernels as attention_sink, whose fitted split-KV heuristic picks the
+    splits for one-query rows, so `kv_len_per_split` (a tuning hint of TileGym's kernel) is
+    accepted and ignored."""
+    _op.ignore_kwargs("attention_sink_decode", kwargs)
+    return attention_sink(query, key, value, sinks, sm_scale, sliding_window, start_q)
+
+
 # fmha without sinks on the attention-with-sinks kernel: a sink logit this low weighs
 # exp(sink - max) = 0 in float32 against any real score, and, unlike -inf, keeps the running
 # max finite in a split or tile where a row sees no key yet.
@@ -735,7 +755,12 @@ TUNINGS = [
 
 OP = _op.OpSpec(
     "attention_sink",
-    tilegym={"attention_sink": _tilegym_attention_sink, "fmha": _tilegym_fmha, "fmha_decode": _tilegym_fmha_decode},
+    tilegym={
+        "attention_sink": _tilegym_attention_sink,
+        "attention_sink_decode": _tilegym_attention_sink_decode,
+        "fmha": _tilegym_fmha,
+        "fmha_decode": _tilegym_fmha_decode,
+    },
     warmup=_warmup, smoke=_smoke, shipped=_shipped,
     torch_ops=TORCH_OPS, tunings=TUNINGS,
 )
