@@ -74,9 +74,10 @@ def peers(missing: dict[str, str]) -> dict[str, Fn]:
 
         def liger(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             module = modules.get((w.data_ptr(), w.dtype))
-            if module is None:  # its module, holding this weight
+            if module is None:  # its module, reading this very weight (so its gradient is w's)
                 module = modules[(w.data_ptr(), w.dtype)] = LigerRMSNorm(w.shape[0], eps=EPS).to(w.device, w.dtype)
-                module.weight = torch.nn.Parameter(w.detach(), requires_grad=w.requires_grad)
+                del module.weight
+                module.weight = w
             return module(x)  # type: ignore[no-any-return]
 
         liger(*probe).sum().backward()

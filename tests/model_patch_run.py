@@ -7,7 +7,8 @@ MODEL is "llama" (`apply_tilegym_kernel_to_llama()`) or "gpt_oss"
 (`apply_tilegym_kernel_to_gpt_oss()`), each patch with its defaults; BACKEND is a TileGym
 backend name ("cutile-rs": ours, registered the documented way; "cutile": TileGym's cuTile
 Python). The report: prefill top-1 agreement with the unpatched model, the greedy
-`generate()` tokens' agreement, TileGym's warnings (a fallback or a default implementation
+`generate()` tokens' agreement with the unpatched model's, position by position and step by
+step (each token against the unpatched model's choice after the same prefix), TileGym's warnings (a fallback or a default implementation
 would show there; DISABLE_FALLBACK=1 makes either an error) and, with --train, each
 parameter's gradient error relative to the unpatched model's after one loss.backward().
 
@@ -80,6 +81,31 @@ def run(model: Any, ids: torch.Tensor, train: bool) -> dict[str, Any]:
     return out
 
 
+def patched_modules(model: str) -> list[Any]:
+    """What the patch rewrites: the model's transformers module and the attention registry."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if model == "llama":
+        from transformers.models.llama import modeling_llama as module
+    else:
+        from transformers.models.gpt_oss import modeling_gpt_oss as module
+    return [module, ALL_ATTENTION_FUNCTIONS]
+
+
+def snapshot(model: str) -> list[tuple[Any, dict[str, Any]]]:
+    module, attention = patched_modules(model)
+    return [(module, dict(vars(module))), (attention, dict(attention._local_mapping))]
+
+
+def restore(saved: list[tuple[Any, dict[str, Any]]]) -> None:
+    """Undoes the patch, so the unpatched model (built before it) runs its own code again:
+    the patch swaps module-level functions its instances look up at call time."""
+    (module, names), (attention, local) = saved
+    for name, value in names.items():
+        setattr(module, name, value)
+    attention._local_mapping = local
+
+
 def patch(model: str, backend: str) -> None:
     import tilegym
     from tilegym.transformers import monkey_patch
@@ -117,7 +143,7 @@ def main() -> None:
     torch.manual_seed(1)
     ids = torch.randint(0, VOCAB, (1, PROMPT), device="cuda")
     want = run(reference, ids, args.train)
-    del reference
+    reference.zero_grad(set_to_none=True)
 
     # TileGym's import-time notes about this machine (a backend it cannot load) are not the
     # patch's: imported before the log is collected.
@@ -127,6 +153,7 @@ def main() -> None:
     for name in ("", "tilegym", "tilegym_cutile_rs"):
         logging.getLogger(name).addHandler(collect)
     report: dict[str, Any] = {"model": args.model, "backend": args.backend}
+    saved = snapshot(args.model)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         patch(args.model, args.backend)
@@ -136,11 +163,20 @@ def main() -> None:
         except Exception as exc:  # reported, so that the test shows what failed where
             report["error"] = f"{type(exc).__name__}: {exc}"
             got = None
+    restore(saved)
     report["warnings"] = collect.messages + [f"{w.category.__name__}: {w.message}" for w in caught
                                              if "tilegym" in str(w.filename) or "tilegym" in str(w.message)]
     if got is not None:
         report["prefill_top1"] = float((got["top1"] == want["top1"]).float().mean())
         report["generate_agreement"] = float((got["tokens"] == want["tokens"]).float().mean())
+        # Each generated token against the unpatched model's greedy choice for the same prefix
+        # (the patched model's own earlier tokens): one near-tie resolved the other way makes
+        # every later position of the free-running comparison above differ, this one not.
+        reference.eval()
+        with torch.no_grad():
+            sequence = torch.cat([ids, got["tokens"][:, :-1]], dim=1)
+            choice = reference(sequence).logits[:, PROMPT - 1:].argmax(-1)
+        report["generate_stepwise_agreement"] = float((choice == got["tokens"]).float().mean())
         report["tokens"] = [want["tokens"].tolist(), got["tokens"].tolist()]
         if args.train:
             errors = {n: float((g - want["grads"][n]).norm() / want["grads"][n].norm().clamp_min(1e-12))
