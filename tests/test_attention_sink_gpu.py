@@ -4,6 +4,8 @@ fully masked rows, start_q as a device tensor, explicit configs, graphs and bad 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import tilegym_cutile_rs
 import torch
@@ -155,8 +157,8 @@ def test_bad_input_on_the_gpu() -> None:
         with pytest.raises(exc, match=fragment):
             call()
     q.requires_grad_(True)
-    with pytest.raises(RuntimeError, match="forward only"):
-        tilegym_cutile_rs.attention_sink(q, k, v, sinks)
+    with pytest.raises(ValueError, match="takes its own tiles"):
+        tilegym_cutile_rs.attention_sink(q, k, v, sinks, config=(8, 2, 64))
     with torch.no_grad():
         assert tilegym_cutile_rs.attention_sink(q, k, v, sinks).shape == (1, 4, 2 * 2 * 64)
 
@@ -201,3 +203,76 @@ def test_tilegym_fmha_and_fmha_decode_match_sdpa(s_q: int, s_kv: int, causal: bo
     want = F.scaled_dot_product_attention(q.float(), kf, vf, attn_mask=mask, scale=0.1)
     assert got.shape == q.shape and got.dtype == dtype
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+
+
+def _reference_grads(q, k, v, sinks, sm_scale, window, start_q, dout):  # type: ignore[no-untyped-def]
+    leaves = [t.detach().float().requires_grad_(True) for t in (q, k, v, sinks)]
+    ref = at_reference(*leaves, sm_scale, window, start_q)
+    torch.autograd.backward([ref], [dout.float()])
+    return ref.detach(), [t.grad for t in leaves]
+
+
+def at_reference(q, k, v, sinks, sm_scale, window, start_q):  # type: ignore[no-untyped-def]
+    """The float32 reference, differentiable (the op's own reference runs under no_grad)."""
+    b, s_q, h_kv, group, d = q.shape
+    s_kv = k.shape[1]
+    logits = torch.einsum("bqhgd,bkhd->bhgqk", q, k) * sm_scale
+    pos_q = torch.arange(s_q, device=q.device)[:, None] + start_q
+    pos_k = torch.arange(s_kv, device=q.device)[None, :]
+    hidden = pos_k > pos_q
+    if window:
+        hidden = hidden | (pos_k < pos_q - window + 1)
+    logits = logits.masked_fill(hidden, float("-inf"))
+    sink = sinks.view(1, h_kv, group, 1, 1).expand(b, h_kv, group, s_q, 1)
+    weights = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
+    out = torch.einsum("bhgqk,bkhd->bqhgd", weights, v)
+    return out.reshape(b, s_q, h_kv * group * d)
+
+
+@pytest.mark.parametrize(
+    "b, s_q, s_kv, h_kv, group, d, window, start",
+    [
+        (2, 128, 128, 2, 4, 128, None, 0),  # Llama-style prefill
+        (1, 77, 77, 2, 8, 64, 32, 0),  # GPT-OSS-style sliding window, ragged length
+        (1, 50, 130, 1, 2, 64, None, 80),  # a chunk after a cached prefix
+        (2, 33, 33, 4, 1, 128, None, 0),  # no grouping
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_gradients_match_the_float32_reference(b, s_q, s_kv, h_kv, group, d, window, start, dtype) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(11)
+    q = torch.randn(b, s_q, h_kv, group, d, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype, requires_grad=True)
+    sinks = torch.randn(h_kv * group, device="cuda", dtype=torch.float32, requires_grad=True)
+    sm_scale = 1 / math.sqrt(d)
+    dout = torch.randn(b, s_q, h_kv * group * d, device="cuda", dtype=dtype)
+    out = tilegym_cutile_rs.attention_sink(q, k, v, sinks, sm_scale, window, start)
+    torch.autograd.backward([out], [dout])
+    ref, ref_grads = _reference_grads(q, k, v, sinks, sm_scale, window, start, dout)
+    torch.testing.assert_close(out.float(), ref, rtol=0, atol=5e-2)
+    for name, got, want in zip(("dq", "dk", "dv", "dsinks"), (q.grad, k.grad, v.grad, sinks.grad), ref_grads, strict=True):
+        assert got is not None and got.shape == want.shape, name
+        # bfloat16 operands of every matmul (as FlashAttention's backward): error relative to the largest gradient
+        err = (got.float() - want).abs().max() / want.abs().max().clamp_min(1e-6)
+        assert err < (3e-2 if dtype == torch.bfloat16 else 1e-2), (name, float(err))
+
+
+def test_tilegym_fmha_trains_like_sdpa() -> None:
+    import torch.nn.functional as F
+    from tilegym_cutile_rs.ops import attention_sink as at
+
+    torch.manual_seed(3)
+    shape = [(1, 96, 32, 128), (1, 96, 8, 128), (1, 96, 8, 128)]  # transformers' [B, S, H, D] seen as [B, H, S, D]
+    leaves = [torch.randn(*s, device="cuda", dtype=torch.bfloat16, requires_grad=True) for s in shape]
+    q, k, v = (t.transpose(1, 2) for t in leaves)
+    out = at._tilegym_fmha(q, k, v, None, True, has_backward=False)
+    dout = torch.randn_like(out)
+    torch.autograd.backward([out], [dout])
+    ref_leaves = [t.detach().float().requires_grad_(True) for t in leaves]
+    rq, rk, rv = (t.transpose(1, 2) for t in ref_leaves)
+    ref = F.scaled_dot_product_attention(rq, rk.repeat_interleave(4, 1), rv.repeat_interleave(4, 1), is_causal=True)
+    torch.autograd.backward([ref], [dout.float()])
+    for got, want in zip(leaves, ref_leaves, strict=True):
+        err = (got.grad.float() - want.grad).abs().max() / want.grad.abs().max()
+        assert err < 3e-2, float(err)

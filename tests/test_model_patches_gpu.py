@@ -42,6 +42,7 @@ def patched_run(model: str, backend: str, train: bool = False) -> dict[str, Any]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-4000:]
     report: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
+    print(json.dumps({k: v for k, v in report.items() if k != "tokens"}))  # shown with -s: the run's numbers
     return report
 
 

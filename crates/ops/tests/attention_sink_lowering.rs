@@ -74,3 +74,47 @@ fn split_and_combine_kernels_lower() {
         lower("attention_sink_combine", &[e, e, &bq, &gt, &bm, &d_s, &gd], &combine);
     }
 }
+
+#[test]
+fn training_kernels_lower() {
+    // The forward that saves lse, and the backward's query and key kernels: one head a tile
+    // (prefill, Llama-style groups) and 4 heads a tile, head dims 64 and 128.
+    for (e, s, bq, gt, d, bn, group) in [("bf16", "bf16", 64, 1, 128, 64, 4), ("f16", "f32", 16, 4, 64, 64, 8)] {
+        let (bm, gd) = ((bq * gt).to_string(), (gt * d).to_string());
+        let (bq, gt_s, d_s, bn, group_s) =
+            (bq.to_string(), gt.to_string(), d.to_string(), bn.to_string(), group.to_string());
+        let rows = vec![1 << 16, 8 * group, 1]; // [B, S_q, H] float32 statistics
+        let mut st = strides(d, group).to_vec();
+        st.extend([("lse_out", rows.clone()), ("sinks", vec![1]), ("start_q", vec![1])]);
+        lower("attention_sink_lse", &[e, s, &bq, &gt_s, &bm, &d_s, &gd, &bn, &group_s, "0"], &st);
+
+        let qd = strides(d, group)[0].1.clone();
+        let kd = strides(d, group)[1].1.clone();
+        let dq = [
+            ("dq", qd.clone()),
+            ("delta_out", rows.clone()),
+            ("dsink_out", rows.clone()),
+            ("q", qd.clone()),
+            ("k", kd.clone()),
+            ("v", kd.clone()),
+            ("out", qd.clone()),
+            ("dout", qd.clone()),
+            ("lse", rows.clone()),
+            ("sinks", vec![1]),
+            ("start_q", vec![1]),
+        ];
+        lower("attention_sink_backward_dq", &[e, s, &bq, &gt_s, &bm, &d_s, &gd, &bn, &group_s, "0"], &dq);
+        let dkdv = [
+            ("dk", kd.clone()),
+            ("dv", kd.clone()),
+            ("q", qd.clone()),
+            ("k", kd.clone()),
+            ("v", kd.clone()),
+            ("dout", qd),
+            ("lse", rows.clone()),
+            ("delta", rows),
+            ("start_q", vec![1]),
+        ];
+        lower("attention_sink_backward_dkdv", &[e, &bq, &gt_s, &bm, &d_s, &gd, &bn, &group_s], &dkdv);
+    }
+}

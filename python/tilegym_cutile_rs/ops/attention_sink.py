@@ -4,6 +4,7 @@ KV-cache offset read on the device. A cuTile Rust forward, bfloat16 and float16.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -13,9 +14,14 @@ from .. import _describe, _device, _op, _tuned
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["AttentionSinkConfig", "attention_sink", "attention_sink_candidates", "attention_sink_config", "attention_sink_rule"]
+__all__ = [
+    "AttentionSinkConfig", "attention_sink", "attention_sink_backward_config", "attention_sink_candidates",
+    "attention_sink_config", "attention_sink_rule",
+]
 
 EXPORT = "cutile_attention_sink"
+TRAIN_FORWARD = "cutile_attention_sink_lse"
+BACKWARD = "cutile_attention_sink_backward"
 LOG2E = 1.4426950408889634
 
 
@@ -317,6 +323,92 @@ def _partials(out: torch.Tensor, heads: int, splits: int) -> tuple[torch.Tensor,
     return acc, ml
 
 
+# The backward's tiles (no fitted table yet): query tiles of BACKWARD_ROWS rows, key tiles of
+# BACKWARD_KEYS keys, and 8 warps from head dim 128 (the key side holds dk and dv, two
+# [keys, head dim] float32 accumulators).
+BACKWARD_ROWS = 64
+BACKWARD_KEYS = 64
+
+
+def attention_sink_backward_config(group: int, head_dim: int) -> AttentionSinkConfig:
+    """The tiles of the training forward's backward for `group` query heads per KV head."""
+    gt = _heads_per_tile(group)
+    block_q = max(1, BACKWARD_ROWS // gt, _min_rows(head_dim) // gt)
+    return AttentionSinkConfig(block_q, gt, BACKWARD_KEYS, 1, 0, 8 if head_dim >= 128 else 0, 0)
+
+
+def _launch_lse(
+    out: torch.Tensor, lse: torch.Tensor, q3: torch.Tensor, k3: torch.Tensor, v3: torch.Tensor, sinks: torch.Tensor,
+    start: torch.Tensor, scale: float, window: int, group: int, d: int, config: AttentionSinkConfig, index: int,
+) -> None:
+    """The one-pass forward that also saves each row's lse (a split config runs unsplit)."""
+    what = ("attention_sink lse", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
+    descs = _op.tensor_descs(out, lse, q3, k3, v3, sinks, start)
+    fields = (*config[:3], *config[4:])  # every field but splits
+    _op.call("attention_sink lse", TRAIN_FORWARD, (*descs, scale, window, group, d, *fields), index, what)
+
+
+def _launch_backward(
+    grads: tuple[torch.Tensor, ...], saved: tuple[torch.Tensor, ...], scale: float, window: int, group: int, d: int,
+    config: AttentionSinkConfig, index: int,
+) -> None:
+    """grads = (dq, dk, dv, delta, dsink, dout, lse), saved = (out, q3, k3, v3, sinks, start)."""
+    q3, k3 = saved[1], saved[2]
+    what = ("attention_sink backward", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
+    fields = (*config[:3], *config[4:])
+    _op.call("attention_sink backward", BACKWARD, (*_op.tensor_descs(*grads, *saved), scale, window, group, d, *fields), index, what)
+
+
+@functools.cache
+def _autograd_function() -> Any:
+    import torch
+
+    class AttentionSink(torch.autograd.Function):
+        """Our kernels both ways: the forward saves each row's lse, the backward recomputes
+        the weights from it (dq; dk and dv summed over each KV head's query heads; the sinks'
+        gradient summed from per-row terms)."""
+
+        @staticmethod
+        def forward(ctx: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor,
+                    sm_scale: float, window: int, start_q: Any) -> torch.Tensor:
+            b, s_q, s_kv, h_kv, group, d = dims = _check(query, key, value, sinks)
+            index = _op.device_index(query)
+            _device.prepare(index)
+            start = _start_q(start_q, s_kv, query.device)
+            heads = h_kv * group
+            q3, k3, v3 = _rows(query, b, s_q, heads * d), _rows(key, b, s_kv, h_kv * d), _rows(value, b, s_kv, h_kv * d)
+            s = _sinks(sinks, query.dtype)
+            scale = float(sm_scale) * LOG2E
+            out = torch.empty((b, s_q, heads * d), dtype=query.dtype, device=query.device)
+            lse = torch.empty((b, s_q, heads), dtype=torch.float32, device=query.device)
+            chosen = _choose(q3, k3, v3, s, dims, window, scale, index, None, False)
+            if b and s_q:
+                _launch_lse(out, lse, q3, k3, v3, s, start, scale, window, group, d, chosen._replace(splits=1), index)
+            ctx.save_for_backward(out, q3, k3, v3, s, start, lse)
+            ctx.call = (scale, window, group, d, index, query.shape, key.shape, sinks.dtype)
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
+            out, q3, k3, v3, s, start, lse = ctx.saved_tensors
+            scale, window, group, d, index, q_shape, k_shape, sinks_dtype = ctx.call
+            b, s_q, width = out.shape
+            dout3 = _rows(dout.to(out.dtype), b, s_q, width)
+            dq, dk, dv = torch.empty_like(out), torch.empty_like(k3, memory_format=torch.contiguous_format), torch.empty_like(
+                v3, memory_format=torch.contiguous_format)
+            delta, dsink = torch.empty_like(lse), torch.empty_like(lse)
+            if b and s_q:
+                _launch_backward((dq, dk, dv, delta, dsink, dout3, lse), (out, q3, k3, v3, s, start), scale, window, group, d,
+                                 attention_sink_backward_config(group, d), index)
+            else:
+                for t in (dk, dv, dsink):
+                    t.zero_()
+            dsinks = dsink.sum((0, 1)).to(sinks_dtype) if ctx.needs_input_grad[3] else None
+            return dq.view(q_shape), dk.view(k_shape), dv.view(k_shape), dsinks, None, None, None
+
+    return AttentionSink
+
+
 def _launch(
     out: torch.Tensor, q3: torch.Tensor, k3: torch.Tensor, v3: torch.Tensor, sinks: torch.Tensor, start: torch.Tensor,
     scale: float, window: int, group: int, d: int, config: AttentionSinkConfig, index: int,
@@ -352,9 +444,12 @@ def attention_sink(
 
     `start_q`: an int in 0..=S_kv, or a one-element integer tensor on the query's device
     (read by the kernel: no host sync, so its value is not checked). Runs on the current
-    stream without blocking the host (CUDA-graph capturable). Forward only: inputs that
-    require grad raise. `config=AttentionSinkConfig(...)` or `autotune=True` as for softmax.
-    Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.attention_sink.
+    stream without blocking the host (CUDA-graph capturable). Where query, key, value or
+    sinks require grad, gradients flow to them through our backward kernels (the forward
+    then saves each row's log2-sum-exp; `attention_sink_backward_config` picks the tiles).
+    `config=AttentionSinkConfig(...)` or `autotune=True` as for softmax (forward only).
+    Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.attention_sink,
+    forward only.
     """
     import torch
 
@@ -384,13 +479,13 @@ def attention_sink(
     if _op.fake(query, key, value, sinks, start_q):
         return _traced(_op.register_torch_ops(), query, key, value, sinks, sm_scale, sliding_window, start_q, config)
     dims = _check(query, key, value, sinks)
-    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad or sinks.requires_grad):
-        raise RuntimeError(
-            "attention_sink is forward only (no backward kernel yet): call it under torch.no_grad() "
-            "or pass detached tensors"
-        )
     if not math.isfinite(scale):
         raise ValueError(f"sm_scale = {sm_scale}: must be finite")
+    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad or sinks.requires_grad):
+        if config is not None or autotune:
+            raise ValueError("attention_sink with gradients takes its own tiles: pass no config and autotune=False")
+        with_grad: torch.Tensor = _autograd_function().apply(query, key, value, sinks, float(sm_scale), window, start_q)
+        return with_grad
     b, s_q, s_kv, h_kv, group, d = dims
     index = _op.device_index(query)
     _device.prepare(index)
@@ -490,11 +585,10 @@ def _fmha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None
 
 def _tilegym_fmha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float | None = None, is_causal: bool = True,
                   **kwargs: Any) -> torch.Tensor:
-    """TileGym's `fmha(q, k, v, scaling=None, is_causal=True, **kwargs)` (prefill): forward only,
-    as attention_sink (`has_backward=True` or inputs that require grad raise);
-    `kernel_configs` picks among TileGym's own kernels and is ignored."""
-    if kwargs.get("has_backward"):
-        raise NotImplementedError("fmha on cutile-rs is forward only (no attention backward kernel yet); pass has_backward=False")
+    """TileGym's `fmha(q, k, v, scaling=None, is_causal=True, **kwargs)` (prefill): gradients
+    flow whenever q, k or v require grad, so `has_backward` (which TileGym's attention interface
+    passes as False even in training, where its cutile backend's output then carries no
+    gradient) changes nothing; `kernel_configs` picks among TileGym's own kernels and is ignored."""
     _op.ignore_kwargs("fmha", kwargs, documented=("has_backward", "kernel_configs"))
     return _fmha(q, k, v, scaling, is_causal)
 
@@ -587,7 +681,10 @@ def _op_attention_sink(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor, sm_scale: float, sliding_window: int,
     start_q: Any, config: list[int],
 ) -> torch.Tensor:
-    return attention_sink(query, key, value, sinks, sm_scale, sliding_window or None, start_q, config=tuple(config) or None)
+    import torch
+
+    with torch.no_grad():  # the operator is the forward (no autograd formula registered on it yet)
+        return attention_sink(query, key, value, sinks, sm_scale, sliding_window or None, start_q, config=tuple(config) or None)
 
 
 def _fake_attention_sink(

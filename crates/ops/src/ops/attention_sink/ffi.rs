@@ -63,3 +63,116 @@ pub unsafe extern "C" fn cutile_attention_sink(
         super::launch::attention_sink(&views, scale, window, config, device, stream)
     })
 }
+
+/// `cutile_attention_sink` in one pass (`splits` 1), also writing each query row's
+/// log2-sum-exp over its keys and its sink into `lse` (`[B, S_q, H]` float32, contiguous), which
+/// `cutile_attention_sink_backward` reads.
+///
+/// # Safety
+/// As for `cutile_attention_sink`.
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub unsafe extern "C" fn cutile_attention_sink_lse(
+    out: *const TensorDesc,
+    lse: *const TensorDesc,
+    q: *const TensorDesc,
+    k: *const TensorDesc,
+    v: *const TensorDesc,
+    sinks: *const TensorDesc,
+    start_q: *const TensorDesc,
+    scale: f32,
+    window: i32,
+    group: i32,
+    head_dim: i32,
+    block_q: i32,
+    heads_per_tile: i32,
+    block_n: i32,
+    occupancy: i32,
+    warps: i32,
+    latency: i32,
+    device: i32,
+    stream: u64,
+) -> i32 {
+    ffi_guard(|| {
+        let (views, lse) = unsafe {
+            let views = super::launch::Views {
+                out: read_desc(out, "out")?,
+                q: read_desc(q, "q")?,
+                k: read_desc(k, "k")?,
+                v: read_desc(v, "v")?,
+                sinks: read_desc(sinks, "sinks")?,
+                start_q: read_index_desc(start_q, "start_q")?,
+                partials: None,
+            };
+            (views, read_desc(lse, "lse")?)
+        };
+        let config = super::launch::Config { group, head_dim, block_q, heads_per_tile, block_n, splits: 1, occupancy, warps, latency };
+        super::launch::attention_sink_lse(&views, &lse, scale, window, config, device, stream)
+    })
+}
+
+/// The gradients of `cutile_attention_sink_lse`'s `out` (its output O, as saved) given `dout`
+/// (like q, unit stride along its last dim), from the saved `lse`: dq (like q), dk and dv (like k),
+/// each contiguous, and per query row and head (`[B, S_q, H]` float32, contiguous) `delta` =
+/// rowsum(dout * out) and `dsink` = -2^(sink - lse) * delta, whose sums over B and S_q are the
+/// sinks' gradient. A query-side kernel (dq, delta, dsink) runs, then a key-side one (dk, dv)
+/// that reads its delta: `block_q` positions of `heads_per_tile` heads per query tile,
+/// `block_n` keys per key tile. The other arguments as for `cutile_attention_sink`.
+///
+/// # Safety
+/// As for `cutile_attention_sink`.
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub unsafe extern "C" fn cutile_attention_sink_backward(
+    dq: *const TensorDesc,
+    dk: *const TensorDesc,
+    dv: *const TensorDesc,
+    delta: *const TensorDesc,
+    dsink: *const TensorDesc,
+    dout: *const TensorDesc,
+    lse: *const TensorDesc,
+    out: *const TensorDesc,
+    q: *const TensorDesc,
+    k: *const TensorDesc,
+    v: *const TensorDesc,
+    sinks: *const TensorDesc,
+    start_q: *const TensorDesc,
+    scale: f32,
+    window: i32,
+    group: i32,
+    head_dim: i32,
+    block_q: i32,
+    heads_per_tile: i32,
+    block_n: i32,
+    occupancy: i32,
+    warps: i32,
+    latency: i32,
+    device: i32,
+    stream: u64,
+) -> i32 {
+    ffi_guard(|| {
+        let (views, grads) = unsafe {
+            let views = super::launch::Views {
+                out: read_desc(out, "out")?,
+                q: read_desc(q, "q")?,
+                k: read_desc(k, "k")?,
+                v: read_desc(v, "v")?,
+                sinks: read_desc(sinks, "sinks")?,
+                start_q: read_index_desc(start_q, "start_q")?,
+                partials: None,
+            };
+            let grads = super::launch::Gradients {
+                dq: read_desc(dq, "dq")?,
+                dk: read_desc(dk, "dk")?,
+                dv: read_desc(dv, "dv")?,
+                delta: read_desc(delta, "delta")?,
+                dsink: read_desc(dsink, "dsink")?,
+                dout: read_desc(dout, "dout")?,
+                lse: read_desc(lse, "lse")?,
+            };
+            (views, grads)
+        };
+        let config = super::launch::Config { group, head_dim, block_q, heads_per_tile, block_n, splits: 1, occupancy, warps, latency };
+        super::launch::attention_sink_backward(&views, &grads, scale, window, config, device, stream)
+    })
+}

@@ -18,6 +18,12 @@
 //! `LAT` is the K/V loads' latency hint (Tile IR `latency`, 1 to 10: how heavy their
 //! DRAM traffic is, for tileiras' software pipelining); 0 leaves it to tileiras.
 //!
+//! Training: `attention_sink_lse` also saves each row's log2-sum-exp; the backward
+//! recomputes the weights p = 2^(s - lse) from it, `attention_sink_backward_dq` per query
+//! tile (dq, and each row's delta = rowsum(dO * O) and sink-gradient term) and
+//! `attention_sink_backward_dkdv` per key tile over every query head of its KV head (dk, dv),
+//! FlashAttention-2's two-kernel backward with no atomics. `scale` * ln 2 is sm_scale.
+//!
 //! Scores are kept in log2 units: `scale` is sm_scale * log2(e), the sink is
 //! multiplied by log2(e). m starts at the sink (a finite value), so a fully masked
 //! row never computes exp2(-inf - -inf) and its output is 0 (the sink takes all the
@@ -170,6 +176,253 @@ pub mod attention_sink_kernels {
         let mut op = out.partition_mut(shape![1, BQ, GD]);
         // SAFETY: out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
         unsafe { store_view_tko_mut(&mut op, result, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+    }
+
+    /// `attention_sink`, also writing each row's log2-sum-exp over its keys and its sink
+    /// (`lse_out`, `[B, S_q, H]` float32, log2 units) for the backward.
+    #[cutile::entry()]
+    fn attention_sink_lse<
+        E: ElementType,
+        S: ElementType,
+        const BQ: i32,
+        const GT: i32,
+        const BM: i32,
+        const D: i32,
+        const GD: i32,
+        const BN: i32,
+        const GROUP: i32,
+        const LAT: i32,
+    >(
+        out: &mut Tensor<E, { [1, BQ, GD] }>,
+        lse_out: &mut Tensor<f32, { [1, BQ, GT] }>,
+        q: &Tensor<E, { [-1, -1, -1] }>,
+        k: &Tensor<E, { [-1, -1, -1] }>,
+        v: &Tensor<E, { [-1, -1, -1] }>,
+        sinks: &Tensor<S, { [-1] }>,
+        start_q: &Tensor<i32, { [-1] }>,
+        scale: f32,
+        window: i32,
+    ) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let sink: Tile<f32, { [BM, 1] }> = sink_rows::<S, BQ, GT, BM>(sinks, pid.2);
+        let first: i32 = first_position(start_q);
+        let s_q: i32 = get_shape_dim(q.shape(), 1i32);
+        let s_kv: i32 = get_shape_dim(k.shape(), 1i32);
+        let lo: i32 = first_tile::<BQ, BN>(first, pid.1, window);
+        let hi: i32 = end_tile::<BQ, BN>(first, pid.1, s_q, s_kv);
+        let qt: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(q, pid.0, pid.1, pid.2);
+        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
+        let tile = [pid.0, pid.1, pid.2];
+        let (m, l, acc) =
+            attend::<E, BQ, GT, BM, D, BN, GROUP, LAT>(qt, k, v, tile, first, s_q, s_kv, [lo, hi], scale, window, sink, one);
+        let result: Tile<f32, { [BM, D] }> = true_div(acc, l.broadcast(shape![BM, D]));
+        let result: Tile<E, { [1, BQ, GD] }> = convert_tile(result.reshape(shape![1, BQ, GD]));
+        let mut op = out.partition_mut(shape![1, BQ, GD]);
+        // SAFETY: out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut op, result, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        let lse: Tile<f32, { [1, BQ, GT] }> = (m + log2(l)).reshape(shape![1, BQ, GT]);
+        let mut lp = lse_out.partition_mut(shape![1, BQ, GT]);
+        // SAFETY: lse_out is this CTA's [1, BQ, GT] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut lp, lse, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+    }
+
+    /// The backward's query side (the grid of `attention_sink`): with p = 2^(s - lse) the
+    /// forward's weights (from its saved `lse`), each row's delta = rowsum(dO * O) into
+    /// `delta_out`, its sink's gradient term -2^(sink - lse) * delta into `dsink_out` (both
+    /// `[B, S_q, H]` float32), and dq = sm_scale * sum_j ds_j k_j, ds = p * (dO . v_j - delta).
+    #[cutile::entry()]
+    fn attention_sink_backward_dq<
+        E: ElementType,
+        S: ElementType,
+        const BQ: i32,
+        const GT: i32,
+        const BM: i32,
+        const D: i32,
+        const GD: i32,
+        const BN: i32,
+        const GROUP: i32,
+        const LAT: i32,
+    >(
+        dq: &mut Tensor<E, { [1, BQ, GD] }>,
+        delta_out: &mut Tensor<f32, { [1, BQ, GT] }>,
+        dsink_out: &mut Tensor<f32, { [1, BQ, GT] }>,
+        q: &Tensor<E, { [-1, -1, -1] }>,
+        k: &Tensor<E, { [-1, -1, -1] }>,
+        v: &Tensor<E, { [-1, -1, -1] }>,
+        out: &Tensor<E, { [-1, -1, -1] }>,
+        dout: &Tensor<E, { [-1, -1, -1] }>,
+        lse: &Tensor<f32, { [-1, -1, -1] }>,
+        sinks: &Tensor<S, { [-1] }>,
+        start_q: &Tensor<i32, { [-1] }>,
+        scale: f32,
+        window: i32,
+    ) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let first: i32 = first_position(start_q);
+        let s_q: i32 = get_shape_dim(q.shape(), 1i32);
+        let s_kv: i32 = get_shape_dim(k.shape(), 1i32);
+        let lo: i32 = first_tile::<BQ, BN>(first, pid.1, window);
+        let hi: i32 = end_tile::<BQ, BN>(first, pid.1, s_q, s_kv);
+        let qt: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(q, pid.0, pid.1, pid.2);
+        let dot: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(dout, pid.0, pid.1, pid.2);
+        let ot: Tile<f32, { [BM, D] }> = convert_tile(query_tile::<E, BQ, BM, D, GD>(out, pid.0, pid.1, pid.2));
+        let dof: Tile<f32, { [BM, D] }> = convert_tile(dot);
+        let delta: Tile<f32, { [BM] }> = reduce_sum(dof * ot, 1i32);
+        let delta: Tile<f32, { [BM, 1] }> = delta.reshape(shape![BM, 1]);
+        let lse_rows: Tile<f32, { [BM, 1] }> = row_stats::<BQ, GT, BM>(lse, pid.0, pid.1, pid.2).reshape(shape![BM, 1]);
+        let kv_head: i32 = pid.2 * GT / GROUP;
+        let kp: Partition<E, { [1, BN, D] }> = k.partition(shape![1, BN, D]);
+        let vp: Partition<E, { [1, BN, D] }> = v.partition(shape![1, BN, D]);
+        let positions: Tile<i32, { [BM, BN] }> = row_positions::<BQ, GT, BM, BN>(first, pid.1);
+        let cols: Tile<i32, { [BM, BN] }> = iota::<i32, { [BN] }>(shape![BN]).reshape(shape![1, BN]).broadcast(shape![BM, BN]);
+        let scale_tile: Tile<f32, { [BM, BN] }> = broadcast_scalar(scale, shape![BM, BN]);
+        let last_row: i32 = min(pid.1 * BQ + BQ, s_q) - 1i32;
+        let lse_bn: Tile<f32, { [BM, BN] }> = lse_rows.broadcast(shape![BM, BN]);
+        let delta_bn: Tile<f32, { [BM, BN] }> = delta.broadcast(shape![BM, BN]);
+        let zero: Tile<f32, { [BM, BN] }> = constant(0.0f32, shape![BM, BN]);
+        let mut acc: Tile<f32, { [BM, D] }> = constant(0.0f32, shape![BM, D]);
+        for j in lo..hi {
+            let kt: Tile<E, { [1, BN, D] }> =
+                if LAT > 0i32 { kp.load_pipelined::<LAT>([pid.0, j, kv_head]) } else { kp.load([pid.0, j, kv_head]) };
+            let kt: Tile<E, { [BN, D] }> = kt.reshape(shape![BN, D]);
+            let vt: Tile<E, { [1, BN, D] }> =
+                if LAT > 0i32 { vp.load_pipelined::<LAT>([pid.0, j, kv_head]) } else { vp.load([pid.0, j, kv_head]) };
+            let vt: Tile<E, { [BN, D] }> = vt.reshape(shape![BN, D]);
+            let s: Tile<f32, { [BM, BN] }> =
+                scores::<E, BM, D, BN>(qt, kt, scale_tile, positions, cols, j * BN, first + pid.1 * BQ, first + last_row, s_kv, window);
+            let p: Tile<f32, { [BM, BN] }> = exp2(s - lse_bn, ftz::Enabled);
+            let dp: Tile<f32, { [BM, BN] }> = mma(dot, vt.transpose(), zero);
+            let ds: Tile<E, { [BM, BN] }> = convert_tile(p * (dp - delta_bn));
+            acc = mma(ds, kt, acc);
+        }
+        let sm_scale: Tile<f32, { [BM, D] }> = broadcast_scalar(scale * 0.6931471805599453f32, shape![BM, D]);
+        let result: Tile<E, { [1, BQ, GD] }> = convert_tile((acc * sm_scale).reshape(shape![1, BQ, GD]));
+        let mut dp = dq.partition_mut(shape![1, BQ, GD]);
+        // SAFETY: dq is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut dp, result, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        let sink: Tile<f32, { [BM, 1] }> = sink_rows::<S, BQ, GT, BM>(sinks, pid.2);
+        let weight: Tile<f32, { [BM, 1] }> = exp2(sink - lse_rows, ftz::Enabled);
+        let dsink: Tile<f32, { [BM, 1] }> = negf(weight * delta);
+        let dsink: Tile<f32, { [1, BQ, GT] }> = dsink.reshape(shape![1, BQ, GT]);
+        let mut sp = dsink_out.partition_mut(shape![1, BQ, GT]);
+        // SAFETY: dsink_out is this CTA's [1, BQ, GT] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut sp, dsink, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        let delta: Tile<f32, { [1, BQ, GT] }> = delta.reshape(shape![1, BQ, GT]);
+        let mut tp = delta_out.partition_mut(shape![1, BQ, GT]);
+        // SAFETY: delta_out is this CTA's [1, BQ, GT] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut tp, delta, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+    }
+
+    /// The backward's key side: a CTA (pid.0 = batch, pid.1 = block of BN keys, pid.2 = KV
+    /// head) sums over its KV head's GROUP query heads (GT at a time) and the query blocks
+    /// that see any of its keys, keys as rows: dv = sum p^T dO, dk = sm_scale * sum ds^T q,
+    /// with p and ds as `attention_sink_backward_dq` has them (its `delta`).
+    #[cutile::entry()]
+    fn attention_sink_backward_dkdv<
+        E: ElementType,
+        const BQ: i32,
+        const GT: i32,
+        const BM: i32,
+        const D: i32,
+        const GD: i32,
+        const BN: i32,
+        const GROUP: i32,
+    >(
+        dk: &mut Tensor<E, { [1, BN, D] }>,
+        dv: &mut Tensor<E, { [1, BN, D] }>,
+        q: &Tensor<E, { [-1, -1, -1] }>,
+        k: &Tensor<E, { [-1, -1, -1] }>,
+        v: &Tensor<E, { [-1, -1, -1] }>,
+        dout: &Tensor<E, { [-1, -1, -1] }>,
+        lse: &Tensor<f32, { [-1, -1, -1] }>,
+        delta: &Tensor<f32, { [-1, -1, -1] }>,
+        start_q: &Tensor<i32, { [-1] }>,
+        scale: f32,
+        window: i32,
+    ) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let first: i32 = first_position(start_q);
+        let s_q: i32 = get_shape_dim(q.shape(), 1i32);
+        let s_kv: i32 = get_shape_dim(k.shape(), 1i32);
+        let key0: i32 = pid.1 * BN;
+        let kp: Partition<E, { [1, BN, D] }> = k.partition(shape![1, BN, D]);
+        let vp: Partition<E, { [1, BN, D] }> = v.partition(shape![1, BN, D]);
+        let kt: Tile<E, { [BN, D] }> = kp.load([pid.0, pid.1, pid.2]).reshape(shape![BN, D]);
+        let vt: Tile<E, { [BN, D] }> = vp.load([pid.0, pid.1, pid.2]).reshape(shape![BN, D]);
+        // Query blocks with a row at or past the first key (causal) and, with a window, a row
+        // at most window - 1 positions past the last key.
+        let q_lo: i32 = max(key0 - first, 0i32) / BQ;
+        let mut q_hi: i32 = ceil_div(s_q, BQ);
+        if window > 0i32 {
+            let reach: i32 = key0 + BN + window - 2i32 - first;
+            q_hi = min(q_hi, max(reach + BQ, 0i32) / BQ);
+        }
+        let keys: Tile<i32, { [BN, BM] }> =
+            broadcast_scalar(key0, shape![BN, BM]) + iota::<i32, { [BN] }>(shape![BN]).reshape(shape![BN, 1]).broadcast(shape![BN, BM]);
+        let scale_tile: Tile<f32, { [BN, BM] }> = broadcast_scalar(scale, shape![BN, BM]);
+        let zero: Tile<f32, { [BN, BM] }> = constant(0.0f32, shape![BN, BM]);
+        let mut dk_acc: Tile<f32, { [BN, D] }> = constant(0.0f32, shape![BN, D]);
+        let mut dv_acc: Tile<f32, { [BN, D] }> = constant(0.0f32, shape![BN, D]);
+        for hb in 0i32..(GROUP / GT) {
+            let heads: i32 = pid.2 * (GROUP / GT) + hb;
+            for i in q_lo..q_hi {
+                let qt: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(q, pid.0, i, heads);
+                let dot: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(dout, pid.0, i, heads);
+                let lse_cols: Tile<f32, { [BN, BM] }> =
+                    row_stats::<BQ, GT, BM>(lse, pid.0, i, heads).reshape(shape![1, BM]).broadcast(shape![BN, BM]);
+                let delta_cols: Tile<f32, { [BN, BM] }> =
+                    row_stats::<BQ, GT, BM>(delta, pid.0, i, heads).reshape(shape![1, BM]).broadcast(shape![BN, BM]);
+                let mut s: Tile<f32, { [BN, BM] }> = mma(kt, qt.transpose(), zero) * scale_tile;
+                let first_row: i32 = first + i * BQ;
+                let last_row: i32 = first + min(i * BQ + BQ, s_q) - 1i32;
+                let past_causal: bool = key0 + BN - 1i32 > first_row;
+                let before_window: bool = window > 0i32 && key0 < last_row - window + 1i32;
+                if past_causal || before_window || key0 + BN > s_kv {
+                    let positions: Tile<i32, { [BN, BM] }> = column_positions::<BQ, GT, BM, BN>(first, i);
+                    let s_kv_t: Tile<i32, { [BN, BM] }> = broadcast_scalar(s_kv, shape![BN, BM]);
+                    let mut visible: Tile<bool, { [BN, BM] }> = le_tile(keys, positions);
+                    visible = visible & lt_tile(keys, s_kv_t);
+                    if window > 0i32 {
+                        let oldest: Tile<i32, { [BN, BM] }> = positions - broadcast_scalar(window - 1i32, shape![BN, BM]);
+                        visible = visible & ge_tile(keys, oldest);
+                    }
+                    let hidden: Tile<f32, { [BN, BM] }> = constant(f32::NEG_INFINITY, shape![BN, BM]);
+                    s = select(visible, s, hidden);
+                }
+                let p: Tile<f32, { [BN, BM] }> = exp2(s - lse_cols, ftz::Enabled);
+                let pe: Tile<E, { [BN, BM] }> = convert_tile(p);
+                dv_acc = mma(pe, dot, dv_acc);
+                let dp: Tile<f32, { [BN, BM] }> = mma(vt, dot.transpose(), zero);
+                let ds: Tile<E, { [BN, BM] }> = convert_tile(p * (dp - delta_cols));
+                dk_acc = mma(ds, qt, dk_acc);
+            }
+        }
+        let sm_scale: Tile<f32, { [BN, D] }> = broadcast_scalar(scale * 0.6931471805599453f32, shape![BN, D]);
+        let dk_tile: Tile<E, { [1, BN, D] }> = convert_tile((dk_acc * sm_scale).reshape(shape![1, BN, D]));
+        let dv_tile: Tile<E, { [1, BN, D] }> = convert_tile(dv_acc.reshape(shape![1, BN, D]));
+        let mut kpart = dk.partition_mut(shape![1, BN, D]);
+        // SAFETY: dk is this CTA's [1, BN, D] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut kpart, dk_tile, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        let mut vpart = dv.partition_mut(shape![1, BN, D]);
+        // SAFETY: dv is this CTA's [1, BN, D] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut vpart, dv_tile, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+    }
+
+    /// Each column's query position (the transposed `row_positions`), across `BN` rows.
+    fn column_positions<const BQ: i32, const GT: i32, const BM: i32, const BN: i32>(first: i32, block: i32) -> Tile<i32, { [BN, BM] }> {
+        let cols: Tile<i32, { [BM] }> = iota(shape![BM]);
+        let gt: Tile<i32, { [BM] }> = broadcast_scalar(GT, shape![BM]);
+        let base: Tile<i32, { [BM] }> = broadcast_scalar(first + block * BQ, shape![BM]);
+        let positions: Tile<i32, { [BM] }> = base + cols / gt;
+        positions.reshape(shape![1, BM]).broadcast(shape![BN, BM])
+    }
+
+    /// A `[B, S_q, H]` float32 per-row statistic (lse, delta) of query tile (batch, block,
+    /// head block), one per row of its `[BQ*GT, D]` matrix.
+    fn row_stats<const BQ: i32, const GT: i32, const BM: i32>(t: &Tensor<f32, { [-1, -1, -1] }>, batch: i32, block: i32, heads: i32) -> Tile<f32, { [BM] }> {
+        let part: Partition<f32, { [1, BQ, GT] }> = t.partition(shape![1, BQ, GT]);
+        let raw: Tile<f32, { [1, BQ, GT] }> = part.load([batch, block, heads]);
+        raw.reshape(shape![BM])
     }
 
     /// The online softmax of query tile `qt` (its `[batch, block, heads]` indices) over

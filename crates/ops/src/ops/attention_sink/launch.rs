@@ -170,11 +170,198 @@ pub fn attention_sink(views: &Views, scale: f32, window: i32, config: Config, de
     Ok(())
 }
 
+/// The training forward: the one-pass kernel that also writes each row's log2-sum-exp into
+/// `lse` (`[B, S_q, H]` float32, contiguous), which the backward reads.
+pub fn attention_sink_lse(views: &Views, lse: &CheckedTensor, scale: f32, window: i32, config: Config, device: i32, stream: u64) -> OpResult<()> {
+    if config.splits != 1 || views.partials.is_some() {
+        return Err(OpError::invalid(format!("the forward that saves lse is one pass: splits must be 1, got {}", config.splits)));
+    }
+    let (dims, hints) = check(views, config, window, scale)?;
+    check_row_stats("lse", lse, dims)?;
+    if dims.batch == 0 || dims.s_q == 0 {
+        return Ok(());
+    }
+    let training = Training::Lse(lse);
+    let launch = describe_training(views, &training, config, hints, scale, window);
+    launch::enqueue_launch("attention_sink", &launch, device, stream, |first| {
+        dispatch_training(views.q.dtype, views.sinks.dtype, first, &launch, views, &training)
+    })
+}
+
+/// The backward's tensors besides the forward's (whose `out` is the forward's output O).
+pub struct Gradients {
+    /// Outputs: dq like q, dk and dv like k (each contiguous), and the float32 `[B, S_q, H]`
+    /// per-row delta (rowsum(dO * O), read back by the key side) and sink-gradient terms.
+    pub dq: CheckedTensor,
+    pub dk: CheckedTensor,
+    pub dv: CheckedTensor,
+    pub delta: CheckedTensor,
+    pub dsink: CheckedTensor,
+    /// Inputs: the output's gradient (like q) and the forward's saved lse.
+    pub dout: CheckedTensor,
+    pub lse: CheckedTensor,
+}
+
+/// The backward of `attention_sink_lse`: the query-side kernel (dq, delta, dsink terms), then
+/// the key-side kernel (dk, dv), which reads the query side's delta.
+pub fn attention_sink_backward(views: &Views, grads: &Gradients, scale: f32, window: i32, config: Config, device: i32, stream: u64) -> OpResult<()> {
+    let (dims, hints) = check(views, config, window, scale)?;
+    let Gradients { dq, dk, dv, delta, dsink, dout, lse } = grads;
+    for (name, t, like) in [("dq", dq, &views.q), ("dout", dout, &views.q), ("dk", dk, &views.k), ("dv", dv, &views.k)] {
+        let contiguous = name == "dout" || t.is_contiguous();
+        if t.dtype != like.dtype || t.shape != like.shape || !contiguous || (t.shape[2] > 1 && t.strides[2] != 1) {
+            return Err(OpError::invalid(format!(
+                "{name} must be a {:?} {:?} view{}, got {:?} {:?} strides {:?}",
+                like.dtype,
+                like.shape,
+                if name == "dout" { " with unit stride along its last dim" } else { ", contiguous" },
+                t.dtype,
+                t.shape,
+                t.strides
+            )));
+        }
+    }
+    for (name, t) in [("lse", lse), ("delta", delta), ("dsink", dsink)] {
+        check_row_stats(name, t, dims)?;
+    }
+    if dims.batch == 0 || dims.s_q == 0 {
+        return Ok(());
+    }
+    for training in [Training::Dq(grads), Training::Dkdv(grads)] {
+        let launch = describe_training(views, &training, config, hints, scale, window);
+        launch::enqueue_launch("attention_sink", &launch, device, stream, |first| {
+            dispatch_training(views.q.dtype, views.sinks.dtype, first, &launch, views, &training)
+        })?;
+    }
+    Ok(())
+}
+
+/// A per-row float32 statistic must be a contiguous `[B, S_q, H]` buffer.
+fn check_row_stats(name: &str, t: &CheckedTensor, dims: Dims) -> OpResult<()> {
+    let want = [dims.batch, dims.s_q, dims.heads];
+    if t.dtype != DType::F32 || t.shape != want || !t.is_contiguous() {
+        return Err(OpError::invalid(format!(
+            "{name} must be a contiguous float32 {want:?} buffer (one value per query row and head), got {:?} {:?} strides {:?}",
+            t.dtype, t.shape, t.strides
+        )));
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stage {
     OnePass,
     Split,
     Combine,
+}
+
+/// A training kernel's launch and the tensors it needs besides the forward's views.
+enum Training<'a> {
+    Lse(&'a CheckedTensor),
+    Dq(&'a Gradients),
+    Dkdv(&'a Gradients),
+}
+
+/// A training kernel's launch: its kernel, generics and parameters in the kernel's order.
+fn describe_training<'a>(views: &'a Views, training: &Training<'a>, config: Config, hints: Hints, scale: f32, window: i32) -> Launch<'a> {
+    let Views { out, q, k, v, sinks, start_q, .. } = views;
+    let Config { group, head_dim: d, block_q: bq, heads_per_tile: gt, block_n: bn, latency, .. } = config;
+    let (bm, gd) = (bq * gt, gt * d);
+    let scalars = [Param::F32("scale", scale), Param::Int("window", window)];
+    let (kernel, generics, params) = match training {
+        Training::Lse(lse) => {
+            let outs = [Param::Out("out", out, vec![1, bq, gd]), Param::Out("lse_out", lse, vec![1, bq, gt])];
+            let inputs = [Param::In("q", q), Param::In("k", k), Param::In("v", v), Param::In("sinks", sinks), Param::Index("start_q", start_q)];
+            let generics = Generic::list(&[q.dtype, sinks.dtype], &[bq, gt, bm, d, gd, bn, group, latency]);
+            ("attention_sink_lse", generics, [&outs[..], &inputs, &scalars].concat())
+        }
+        Training::Dq(g) => {
+            let outs = [
+                Param::Out("dq", &g.dq, vec![1, bq, gd]),
+                Param::Out("delta_out", &g.delta, vec![1, bq, gt]),
+                Param::Out("dsink_out", &g.dsink, vec![1, bq, gt]),
+            ];
+            let inputs = [
+                Param::In("q", q),
+                Param::In("k", k),
+                Param::In("v", v),
+                Param::In("out", out),
+                Param::In("dout", &g.dout),
+                Param::In("lse", &g.lse),
+                Param::In("sinks", sinks),
+                Param::Index("start_q", start_q),
+            ];
+            let generics = Generic::list(&[q.dtype, sinks.dtype], &[bq, gt, bm, d, gd, bn, group, latency]);
+            ("attention_sink_backward_dq", generics, [&outs[..], &inputs, &scalars].concat())
+        }
+        Training::Dkdv(g) => {
+            let outs = [Param::Out("dk", &g.dk, vec![1, bn, d]), Param::Out("dv", &g.dv, vec![1, bn, d])];
+            let inputs = [
+                Param::In("q", q),
+                Param::In("k", k),
+                Param::In("v", v),
+                Param::In("dout", &g.dout),
+                Param::In("lse", &g.lse),
+                Param::In("delta", &g.delta),
+                Param::Index("start_q", start_q),
+            ];
+            let generics = Generic::list(&[q.dtype], &[bq, gt, bm, d, gd, bn, group]);
+            ("attention_sink_backward_dkdv", generics, [&outs[..], &inputs, &scalars].concat())
+        }
+    };
+    Launch { module: KERNELS, kernel, generics, hints, params }
+}
+
+fn dispatch_training(e: DType, s: DType, first: &FirstLaunch, launch: &Launch, views: &Views, training: &Training) -> OpResult<()> {
+    match (e, s) {
+        (DType::F16, DType::F32) => launch_training::<f16, f32>(first, launch, views, training),
+        (DType::F16, DType::F16) => launch_training::<f16, f16>(first, launch, views, training),
+        (DType::F16, DType::BF16) => launch_training::<f16, bf16>(first, launch, views, training),
+        (DType::BF16, DType::F32) => launch_training::<bf16, f32>(first, launch, views, training),
+        (DType::BF16, DType::F16) => launch_training::<bf16, f16>(first, launch, views, training),
+        (DType::BF16, DType::BF16) => launch_training::<bf16, bf16>(first, launch, views, training),
+        (DType::F32, _) => Err(OpError::invalid("attention_sink takes float16 or bfloat16 q, k and v")),
+    }
+}
+
+/// cutile's typed launch of one training kernel (`describe_training`'s parameters, in order).
+fn launch_training<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch: &Launch, views: &Views, training: &Training) -> OpResult<()> {
+    let Views { out, q, k, v, sinks, start_q, .. } = views;
+    // SAFETY: torch owns every allocation and keeps it alive while the work it ordered on
+    // the stream runs; the outputs are buffers nobody else writes meanwhile.
+    let t = |t: &CheckedTensor| unsafe { first.borrow::<E>(t) };
+    let f = |t: &CheckedTensor| unsafe { first.borrow::<f32>(t) };
+    let sinks_t = || unsafe { first.borrow::<S>(sinks) };
+    let start_t = || unsafe {
+        cutile::tensor::Tensor::<i32>::borrow_raw_parts(start_q.ptr, first.ctx.clone(), start_q.shape.clone(), start_q.strides.clone())
+    };
+    let tile = |name| launch.tile::<3>(name);
+    let (scale, window) = (|| launch.float("scale"), || launch.int("window"));
+    match training {
+        Training::Lse(lse) => crate::typed_launch!(first, { let (mut ot, mut lt, qt, kt, vt, st, sq) = (t(out), f(lse), t(q), t(k), t(v), sinks_t(), start_t()); }
+            attention_sink_kernels::attention_sink_lse(
+                (&mut ot).partition(tile("out")), (&mut lt).partition(tile("lse_out")), &qt, &kt, &vt, &st, &sq, scale(), window(),
+            )),
+        Training::Dq(g) => crate::typed_launch!(first, {
+                let (mut dqt, mut dt, mut dst) = (t(&g.dq), f(&g.delta), f(&g.dsink));
+                let (qt, kt, vt, ot, dot, lt, st, sq) = (t(q), t(k), t(v), t(out), t(&g.dout), f(&g.lse), sinks_t(), start_t());
+            }
+            attention_sink_kernels::attention_sink_backward_dq(
+                (&mut dqt).partition(tile("dq")),
+                (&mut dt).partition(tile("delta_out")),
+                (&mut dst).partition(tile("dsink_out")),
+                &qt, &kt, &vt, &ot, &dot, &lt, &st, &sq, scale(), window(),
+            )),
+        Training::Dkdv(g) => crate::typed_launch!(first, {
+                let (mut dkt, mut dvt) = (t(&g.dk), t(&g.dv));
+                let (qt, kt, vt, dot, lt, dt, sq) = (t(q), t(k), t(v), t(&g.dout), f(&g.lse), f(&g.delta), start_t());
+            }
+            attention_sink_kernels::attention_sink_backward_dkdv(
+                (&mut dkt).partition(tile("dk")),
+                (&mut dvt).partition(tile("dv")),
+                &qt, &kt, &vt, &dot, &lt, &dt, &sq, scale(), window(),
+            )),
+    }
 }
 
 const KERNELS: KernelModule = KernelModule {
@@ -334,6 +521,48 @@ mod tests {
         for stage in [Stage::OnePass, Stage::Split, Stage::Combine] {
             crate::launch::signature::assert_matches_kernel(&describe(&split, config(), hints, 0.18, 0, stage));
         }
+    }
+
+    fn stats(shape: [i32; 3]) -> CheckedTensor {
+        view(DType::F32, shape)
+    }
+
+    fn gradients() -> Gradients {
+        let (q, kv, rows) = ([2, 5, 8 * 64], [2, 7, 2 * 64], [2, 5, 8]);
+        Gradients {
+            dq: view(DType::BF16, q),
+            dk: view(DType::BF16, kv),
+            dv: view(DType::BF16, kv),
+            delta: stats(rows),
+            dsink: stats(rows),
+            dout: view(DType::BF16, q),
+            lse: stats(rows),
+        }
+    }
+
+    #[test]
+    fn each_training_kernel_describes_its_parameters() {
+        let hints = Hints::checked(0, 0).unwrap();
+        let (views, grads, lse) = (views(), gradients(), stats([2, 5, 8]));
+        for training in [Training::Lse(&lse), Training::Dq(&grads), Training::Dkdv(&grads)] {
+            crate::launch::signature::assert_matches_kernel(&describe_training(&views, &training, config(), hints, 0.18, 0));
+        }
+    }
+
+    #[test]
+    fn training_buffers_must_match_the_call() {
+        let (dims, _) = check(&views(), config(), 0, 0.18).unwrap();
+        assert!(check_row_stats("lse", &stats([2, 5, 8]), dims).is_ok());
+        let err = check_row_stats("lse", &stats([2, 5, 4]), dims).unwrap_err();
+        assert!(err.message.contains("lse must be a contiguous float32 [2, 5, 8]"), "{}", err.message);
+        let err = check_row_stats("delta", &view(DType::BF16, [2, 5, 8]), dims).unwrap_err();
+        assert!(err.message.contains("delta must be"), "{}", err.message);
+        let split = Config { splits: 2, ..config() };
+        let err = attention_sink_lse(&views(), &stats([2, 5, 8]), 0.18, 0, split, 0, 0).unwrap_err();
+        assert!(err.message.contains("one pass"), "{}", err.message);
+        let wrong = Gradients { dk: view(DType::BF16, [2, 5, 2 * 64]), ..gradients() };
+        let err = attention_sink_backward(&views(), &wrong, 0.18, 0, config(), 0, 0).unwrap_err();
+        assert!(err.message.contains("dk must be"), "{}", err.message);
     }
 
     #[test]
