@@ -746,6 +746,18 @@ def _shipped(device: torch.device) -> None:
             q = torch.empty(1, s_q, 32, 128, dtype=dtype, device=device).transpose(1, 2)
             k = torch.empty(1, 4096, 8, 128, dtype=dtype, device=device).transpose(1, 2)
             _fmha(q, k, torch.empty_like(k), None, s_q > 1)
+    # Training: the forward that saves lse and the backward, for Llama 3 8B's 4096-token prefill
+    # (fmha, no sinks) and GPT-OSS 20B's (64 heads over 8, head dim 64, a 128 window, its trained
+    # sinks a parameter of the model's dtype).
+    for dtype in (torch.bfloat16, torch.float16):
+        q, k, v = (torch.empty(1, 4096, h, 128, dtype=dtype, device=device, requires_grad=True) for h in (32, 8, 8))
+        out = _fmha(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, True)
+        torch.autograd.backward([out], [torch.empty_like(out)])
+        q = torch.empty(1, 4096, 8, 8, 64, dtype=dtype, device=device, requires_grad=True)
+        k, v = (torch.empty(1, 4096, 8, 64, dtype=dtype, device=device, requires_grad=True) for _ in range(2))
+        sinks = torch.empty(64, dtype=dtype, device=device, requires_grad=True)
+        out = attention_sink(q, k, v, sinks, 0.125, 128, 0)
+        torch.autograd.backward([out], [torch.empty_like(out)])
     # The smoke test's call (python -m tilegym_cutile_rs.check).
     q, k = torch.empty(2, 33, 2, 4, 64, dtype=torch.bfloat16, device=device), torch.empty(2, 40, 2, 64, dtype=torch.bfloat16, device=device)
     attention_sink(q, k, torch.empty_like(k), torch.empty(8, device=device), 0.125, 16, 7)
