@@ -291,3 +291,19 @@ def test_the_version_has_one_home() -> None:
     assert tilegym_cutile_rs.__version__ == importlib.metadata.version("tilegym-cutile-rs")
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     assert tilegym_cutile_rs.__version__ == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def test_warmup_without_ops_names_the_ops_each_shape_convention_fits() -> None:
+    import torch
+    from tilegym_cutile_rs import _op
+
+    specs = _op.ops()
+
+    def takers(shape: tuple[int, ...], dtype: torch.dtype) -> set[str]:
+        return {name for name, spec in specs.items() if spec.warms_up(shape, dtype)}
+
+    assert takers((4096, 4096), torch.float32) == {"matmul", "rms_norm", "softmax", "swiglu"}
+    assert takers((1, 32, 4096, 128), torch.bfloat16) == {"rms_norm", "rope", "softmax", "swiglu"}
+    assert takers((1, 128, 2048, 8, 8, 64), torch.bfloat16) == {"attention_sink", "rms_norm", "softmax", "swiglu"}
+    assert "attention_sink" not in takers((1, 128, 2048, 8, 8, 64), torch.float32)  # 16-bit only
+    assert "rms_norm" not in takers((4, 32768), torch.bfloat16)  # rows up to 16384

@@ -291,6 +291,9 @@ class OpSpec:
     torch_ops: its torch operators (TorchOp, below), registered by register_torch_ops().
     tunings: what benchmarks/tune.py sweeps to fit its heuristics (_tuned.Tuning, one per
         table), if any.
+    warms_up(shape, dtype): whether `warmup` takes a shape of that rank and that dtype (the
+        ops' shape conventions differ); `tilegym_cutile_rs.warmup()` with no `ops` warms only
+        the ops that do. Default: every shape and dtype.
     """
 
     name: str
@@ -300,6 +303,7 @@ class OpSpec:
     shipped: Callable[[torch.device], None]
     torch_ops: Sequence[TorchOp] = ()
     tunings: Sequence[_tuned.Tuning] = ()
+    warms_up: Callable[[tuple[int, ...], torch.dtype], bool] = lambda shape, dtype: True
 
 
 def tunings() -> dict[str, _tuned.Tuning]:

@@ -23,8 +23,12 @@ def warmup(
     tune each shape class first (decisions are cached too).
 
     cutile specializes kernels on the divisibility of shapes, strides and
-    addresses: warm up the shapes you will call with. Returns one record per
-    (op, shape, dtype): the config chosen, seconds taken, and tileiras runs.
+    addresses: warm up the shapes you will call with. Each op reads a shape its
+    own way (softmax, swiglu, rms_norm: the input's shape; matmul: `[M, K]` or
+    `[B, M, K]`; rope: `[B, H, S, D]`; attention_sink: `(B, S_q, S_kv, H_kv, G, D)`,
+    16-bit only): `ops` left out warms each op at the shapes and dtypes it takes,
+    while an op named in `ops` raises on one it does not. Returns one record per
+    (op, shape, dtype) warmed: the config chosen, seconds taken, and tileiras runs.
     """
     import torch
 
@@ -42,6 +46,8 @@ def warmup(
         for shape in int_shapes:
             for dtype in dtypes:
                 dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+                if ops is None and not specs[name].warms_up(shape, dt):
+                    continue
                 before = _cache.stats()["tileiras_runs"] if _library.loaded() else 0
                 start = time.perf_counter()
                 config = specs[name].warmup(shape, dt, where, autotune)

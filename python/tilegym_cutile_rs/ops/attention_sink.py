@@ -872,4 +872,5 @@ OP = _op.OpSpec(
     },
     warmup=_warmup, smoke=_smoke, shipped=_shipped,
     torch_ops=TORCH_OPS, tunings=TUNINGS,
+    warms_up=lambda shape, dtype: len(shape) == 6 and str(dtype) in ("torch.float16", "torch.bfloat16"),
 )

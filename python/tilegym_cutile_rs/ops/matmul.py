@@ -535,5 +535,5 @@ TUNINGS = [
 
 OP = _op.OpSpec(
     "matmul", tilegym={"matmul": _tilegym_matmul, "bmm": _tilegym_bmm}, warmup=_warmup, smoke=_smoke, shipped=_shipped,
-    torch_ops=TORCH_OPS, tunings=TUNINGS,
+    torch_ops=TORCH_OPS, tunings=TUNINGS, warms_up=lambda shape, dtype: len(shape) in (2, 3),
 )

@@ -303,4 +303,5 @@ OP = _op.OpSpec(
     smoke=_smoke,
     shipped=_shipped,
     torch_ops=TORCH_OPS,
+    warms_up=lambda shape, dtype: len(shape) == 4,
 )
