@@ -323,9 +323,9 @@ def _partials(out: torch.Tensor, heads: int, splits: int) -> tuple[torch.Tensor,
     return acc, ml
 
 
-# The backward's tiles (no fitted table yet): query tiles of BACKWARD_ROWS rows, key tiles of
-# BACKWARD_KEYS keys, and 8 warps from head dim 128 (the key side holds dk and dv, two
-# [keys, head dim] float32 accumulators).
+# The backward's tiles (no fitted table yet): query tiles of BACKWARD_ROWS rows and key tiles
+# of BACKWARD_KEYS keys, tileiras choosing the warps (an 8-warp hint at head dim 128 gave a
+# wrong dk on the H100, docs/benchmarks.md "attention_sink backward").
 BACKWARD_ROWS = 64
 BACKWARD_KEYS = 64
 
@@ -334,7 +334,7 @@ def attention_sink_backward_config(group: int, head_dim: int) -> AttentionSinkCo
     """The tiles of the training forward's backward for `group` query heads per KV head."""
     gt = _heads_per_tile(group)
     block_q = max(1, BACKWARD_ROWS // gt, _min_rows(head_dim) // gt)
-    return AttentionSinkConfig(block_q, gt, BACKWARD_KEYS, 1, 0, 8 if head_dim >= 128 else 0, 0)
+    return AttentionSinkConfig(block_q, gt, BACKWARD_KEYS)
 
 
 def _launch_lse(
