@@ -1,6 +1,29 @@
 //! C exports of attention_sink (read by the cdef generator).
 
-use crate::abi::{ffi_guard, read_desc, read_index_desc, TensorDesc};
+use super::launch::Views;
+use crate::abi::{ffi_guard, read_desc, read_index_desc, CheckedTensor, OpResult, TensorDesc};
+
+/// The forward's views from its descriptors (out, q, k, v, sinks), start_q and the partials.
+///
+/// # Safety
+/// As for `cutile_attention_sink`'s descriptors.
+unsafe fn read_views(
+    [out, q, k, v, sinks]: [*const TensorDesc; 5],
+    start_q: *const TensorDesc,
+    partials: Option<(CheckedTensor, CheckedTensor)>,
+) -> OpResult<Views> {
+    unsafe {
+        Ok(Views {
+            out: read_desc(out, "out")?,
+            q: read_desc(q, "q")?,
+            k: read_desc(k, "k")?,
+            v: read_desc(v, "v")?,
+            sinks: read_desc(sinks, "sinks")?,
+            start_q: read_index_desc(start_q, "start_q")?,
+            partials,
+        })
+    }
+}
 
 /// Attention with sinks into `out`.
 ///
@@ -49,15 +72,8 @@ pub unsafe extern "C" fn cutile_attention_sink(
 ) -> i32 {
     ffi_guard(|| {
         let views = unsafe {
-            super::launch::Views {
-                out: read_desc(out, "out")?,
-                q: read_desc(q, "q")?,
-                k: read_desc(k, "k")?,
-                v: read_desc(v, "v")?,
-                sinks: read_desc(sinks, "sinks")?,
-                start_q: read_index_desc(start_q, "start_q")?,
-                partials: if splits > 1 { Some((read_desc(acc, "acc")?, read_desc(ml, "ml")?)) } else { None },
-            }
+            let partials = if splits > 1 { Some((read_desc(acc, "acc")?, read_desc(ml, "ml")?)) } else { None };
+            read_views([out, q, k, v, sinks], start_q, partials)?
         };
         let config = super::launch::Config { group, head_dim, block_q, heads_per_tile, block_n, splits, occupancy, warps, latency };
         super::launch::attention_sink(&views, scale, window, config, device, stream)
@@ -94,18 +110,7 @@ pub unsafe extern "C" fn cutile_attention_sink_lse(
     stream: u64,
 ) -> i32 {
     ffi_guard(|| {
-        let (views, lse) = unsafe {
-            let views = super::launch::Views {
-                out: read_desc(out, "out")?,
-                q: read_desc(q, "q")?,
-                k: read_desc(k, "k")?,
-                v: read_desc(v, "v")?,
-                sinks: read_desc(sinks, "sinks")?,
-                start_q: read_index_desc(start_q, "start_q")?,
-                partials: None,
-            };
-            (views, read_desc(lse, "lse")?)
-        };
+        let (views, lse) = unsafe { (read_views([out, q, k, v, sinks], start_q, None)?, read_desc(lse, "lse")?) };
         let config = super::launch::Config { group, head_dim, block_q, heads_per_tile, block_n, splits: 1, occupancy, warps, latency };
         super::launch::attention_sink_lse(&views, &lse, scale, window, config, device, stream)
     })
@@ -152,15 +157,7 @@ pub unsafe extern "C" fn cutile_attention_sink_backward(
 ) -> i32 {
     ffi_guard(|| {
         let (views, grads) = unsafe {
-            let views = super::launch::Views {
-                out: read_desc(out, "out")?,
-                q: read_desc(q, "q")?,
-                k: read_desc(k, "k")?,
-                v: read_desc(v, "v")?,
-                sinks: read_desc(sinks, "sinks")?,
-                start_q: read_index_desc(start_q, "start_q")?,
-                partials: None,
-            };
+            let views = read_views([out, q, k, v, sinks], start_q, None)?;
             let grads = super::launch::Gradients {
                 dq: read_desc(dq, "dq")?,
                 dk: read_desc(dk, "dk")?,

@@ -56,23 +56,7 @@ pub mod attention_sink_kernels {
         scale: f32,
         window: i32,
     ) {
-        let pid: (i32, i32, i32) = get_tile_block_id();
-        let sink: Tile<f32, { [BM, 1] }> = sink_rows::<S, BQ, GT, BM>(sinks, pid.2);
-        let first: i32 = first_position(start_q);
-        let s_q: i32 = get_shape_dim(q.shape(), 1i32);
-        let s_kv: i32 = get_shape_dim(k.shape(), 1i32);
-        let lo: i32 = first_tile::<BQ, BN>(first, pid.1, window);
-        let hi: i32 = end_tile::<BQ, BN>(first, pid.1, s_q, s_kv);
-        let qt: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(q, pid.0, pid.1, pid.2);
-        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
-        let tile = [pid.0, pid.1, pid.2];
-        let (_, l, acc) =
-            attend::<E, BQ, GT, BM, D, BN, GROUP, LAT>(qt, k, v, tile, first, s_q, s_kv, [lo, hi], scale, window, sink, one);
-        let result: Tile<f32, { [BM, D] }> = true_div(acc, l.broadcast(shape![BM, D]));
-        let result: Tile<E, { [1, BQ, GD] }> = convert_tile(result.reshape(shape![1, BQ, GD]));
-        let mut op = out.partition_mut(shape![1, BQ, GD]);
-        // SAFETY: out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
-        unsafe { store_view_tko_mut(&mut op, result, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        let _ = one_pass::<E, S, BQ, GT, BM, D, GD, BN, GROUP, LAT>(out, q, k, v, sinks, start_q, scale, window);
     }
 
     /// One split's share of the KV tiles (pid.0 = split * B + batch): its unnormalised
@@ -203,23 +187,7 @@ pub mod attention_sink_kernels {
         scale: f32,
         window: i32,
     ) {
-        let pid: (i32, i32, i32) = get_tile_block_id();
-        let sink: Tile<f32, { [BM, 1] }> = sink_rows::<S, BQ, GT, BM>(sinks, pid.2);
-        let first: i32 = first_position(start_q);
-        let s_q: i32 = get_shape_dim(q.shape(), 1i32);
-        let s_kv: i32 = get_shape_dim(k.shape(), 1i32);
-        let lo: i32 = first_tile::<BQ, BN>(first, pid.1, window);
-        let hi: i32 = end_tile::<BQ, BN>(first, pid.1, s_q, s_kv);
-        let qt: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(q, pid.0, pid.1, pid.2);
-        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
-        let tile = [pid.0, pid.1, pid.2];
-        let (m, l, acc) =
-            attend::<E, BQ, GT, BM, D, BN, GROUP, LAT>(qt, k, v, tile, first, s_q, s_kv, [lo, hi], scale, window, sink, one);
-        let result: Tile<f32, { [BM, D] }> = true_div(acc, l.broadcast(shape![BM, D]));
-        let result: Tile<E, { [1, BQ, GD] }> = convert_tile(result.reshape(shape![1, BQ, GD]));
-        let mut op = out.partition_mut(shape![1, BQ, GD]);
-        // SAFETY: out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
-        unsafe { store_view_tko_mut(&mut op, result, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        let (m, l) = one_pass::<E, S, BQ, GT, BM, D, GD, BN, GROUP, LAT>(out, q, k, v, sinks, start_q, scale, window);
         let lse: Tile<f32, { [1, BQ, GT] }> = (m + log2(l)).reshape(shape![1, BQ, GT]);
         let mut lp = lse_out.partition_mut(shape![1, BQ, GT]);
         // SAFETY: lse_out is this CTA's [1, BQ, GT] tile, so [0, 0, 0] is its only partition index.
@@ -423,6 +391,49 @@ pub mod attention_sink_kernels {
         let part: Partition<f32, { [1, BQ, GT] }> = t.partition(shape![1, BQ, GT]);
         let raw: Tile<f32, { [1, BQ, GT] }> = part.load([batch, block, heads]);
         raw.reshape(shape![BM])
+    }
+
+    /// The one-pass forward of this CTA's out tile (pid.0 = batch, pid.1 = query block, pid.2 =
+    /// head block), stored; returns each row's final running max and sum (the sink in both).
+    fn one_pass<
+        E: ElementType,
+        S: ElementType,
+        const BQ: i32,
+        const GT: i32,
+        const BM: i32,
+        const D: i32,
+        const GD: i32,
+        const BN: i32,
+        const GROUP: i32,
+        const LAT: i32,
+    >(
+        out: &mut Tensor<E, { [1, BQ, GD] }>,
+        q: &Tensor<E, { [-1, -1, -1] }>,
+        k: &Tensor<E, { [-1, -1, -1] }>,
+        v: &Tensor<E, { [-1, -1, -1] }>,
+        sinks: &Tensor<S, { [-1] }>,
+        start_q: &Tensor<i32, { [-1] }>,
+        scale: f32,
+        window: i32,
+    ) -> (Tile<f32, { [BM, 1] }>, Tile<f32, { [BM, 1] }>) {
+        let pid: (i32, i32, i32) = get_tile_block_id();
+        let sink: Tile<f32, { [BM, 1] }> = sink_rows::<S, BQ, GT, BM>(sinks, pid.2);
+        let first: i32 = first_position(start_q);
+        let s_q: i32 = get_shape_dim(q.shape(), 1i32);
+        let s_kv: i32 = get_shape_dim(k.shape(), 1i32);
+        let lo: i32 = first_tile::<BQ, BN>(first, pid.1, window);
+        let hi: i32 = end_tile::<BQ, BN>(first, pid.1, s_q, s_kv);
+        let qt: Tile<E, { [BM, D] }> = query_tile::<E, BQ, BM, D, GD>(q, pid.0, pid.1, pid.2);
+        let one: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
+        let tile = [pid.0, pid.1, pid.2];
+        let (m, l, acc) =
+            attend::<E, BQ, GT, BM, D, BN, GROUP, LAT>(qt, k, v, tile, first, s_q, s_kv, [lo, hi], scale, window, sink, one);
+        let result: Tile<f32, { [BM, D] }> = true_div(acc, l.broadcast(shape![BM, D]));
+        let result: Tile<E, { [1, BQ, GD] }> = convert_tile(result.reshape(shape![1, BQ, GD]));
+        let mut op = out.partition_mut(shape![1, BQ, GD]);
+        // SAFETY: out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
+        unsafe { store_view_tko_mut(&mut op, result, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
+        (m, l)
     }
 
     /// The online softmax of query tile `qt` (its `[batch, block, heads]` indices) over

@@ -164,7 +164,7 @@ pub fn attention_sink(views: &Views, scale: f32, window: i32, config: Config, de
     for &stage in stages {
         let launch = describe(views, config, hints, scale, window, stage);
         launch::enqueue_launch("attention_sink", &launch, device, stream, |first| {
-            dispatch(views.q.dtype, views.sinks.dtype, first, &launch, views, stage)
+            dispatch(views.q.dtype, views.sinks.dtype, first, &launch, views, Work::Forward(stage))
         })?;
     }
     Ok(())
@@ -184,7 +184,7 @@ pub fn attention_sink_lse(views: &Views, lse: &CheckedTensor, scale: f32, window
     let training = Training::Lse(lse);
     let launch = describe_training(views, &training, config, hints, scale, window);
     launch::enqueue_launch("attention_sink", &launch, device, stream, |first| {
-        dispatch_training(views.q.dtype, views.sinks.dtype, first, &launch, views, &training)
+        dispatch(views.q.dtype, views.sinks.dtype, first, &launch, views, Work::Training(&training))
     })
 }
 
@@ -230,7 +230,7 @@ pub fn attention_sink_backward(views: &Views, grads: &Gradients, scale: f32, win
     for training in [Training::Dq(grads), Training::Dkdv(grads)] {
         let launch = describe_training(views, &training, config, hints, scale, window);
         launch::enqueue_launch("attention_sink", &launch, device, stream, |first| {
-            dispatch_training(views.q.dtype, views.sinks.dtype, first, &launch, views, &training)
+            dispatch(views.q.dtype, views.sinks.dtype, first, &launch, views, Work::Training(&training))
         })?;
     }
     Ok(())
@@ -312,18 +312,6 @@ fn describe_training<'a>(views: &'a Views, training: &Training<'a>, config: Conf
     Launch { module: KERNELS, kernel, generics, hints, params }
 }
 
-fn dispatch_training(e: DType, s: DType, first: &FirstLaunch, launch: &Launch, views: &Views, training: &Training) -> OpResult<()> {
-    match (e, s) {
-        (DType::F16, DType::F32) => launch_training::<f16, f32>(first, launch, views, training),
-        (DType::F16, DType::F16) => launch_training::<f16, f16>(first, launch, views, training),
-        (DType::F16, DType::BF16) => launch_training::<f16, bf16>(first, launch, views, training),
-        (DType::BF16, DType::F32) => launch_training::<bf16, f32>(first, launch, views, training),
-        (DType::BF16, DType::F16) => launch_training::<bf16, f16>(first, launch, views, training),
-        (DType::BF16, DType::BF16) => launch_training::<bf16, bf16>(first, launch, views, training),
-        (DType::F32, _) => Err(OpError::invalid("attention_sink takes float16 or bfloat16 q, k and v")),
-    }
-}
-
 /// cutile's typed launch of one training kernel (`describe_training`'s parameters, in order).
 fn launch_training<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch: &Launch, views: &Views, training: &Training) -> OpResult<()> {
     let Views { out, q, k, v, sinks, start_q, .. } = views;
@@ -396,14 +384,27 @@ fn describe<'a>(views: &'a Views, config: Config, hints: Hints, scale: f32, wind
     Launch { module: KERNELS, kernel, generics, hints, params }
 }
 
-fn dispatch(e: DType, s: DType, first: &FirstLaunch, launch: &Launch, views: &Views, stage: Stage) -> OpResult<()> {
+/// A launch's kernel: a forward stage or a training kernel.
+enum Work<'w, 'a> {
+    Forward(Stage),
+    Training(&'w Training<'a>),
+}
+
+/// The typed launch of `work` for q/k/v of dtype `e` and sinks of dtype `s`.
+fn dispatch(e: DType, s: DType, first: &FirstLaunch, launch: &Launch, views: &Views, work: Work) -> OpResult<()> {
+    fn typed<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch: &Launch, views: &Views, work: Work) -> OpResult<()> {
+        match work {
+            Work::Forward(stage) => launch_first::<E, S>(first, launch, views, stage),
+            Work::Training(training) => launch_training::<E, S>(first, launch, views, training),
+        }
+    }
     match (e, s) {
-        (DType::F16, DType::F32) => launch_first::<f16, f32>(first, launch, views, stage),
-        (DType::F16, DType::F16) => launch_first::<f16, f16>(first, launch, views, stage),
-        (DType::F16, DType::BF16) => launch_first::<f16, bf16>(first, launch, views, stage),
-        (DType::BF16, DType::F32) => launch_first::<bf16, f32>(first, launch, views, stage),
-        (DType::BF16, DType::F16) => launch_first::<bf16, f16>(first, launch, views, stage),
-        (DType::BF16, DType::BF16) => launch_first::<bf16, bf16>(first, launch, views, stage),
+        (DType::F16, DType::F32) => typed::<f16, f32>(first, launch, views, work),
+        (DType::F16, DType::F16) => typed::<f16, f16>(first, launch, views, work),
+        (DType::F16, DType::BF16) => typed::<f16, bf16>(first, launch, views, work),
+        (DType::BF16, DType::F32) => typed::<bf16, f32>(first, launch, views, work),
+        (DType::BF16, DType::F16) => typed::<bf16, f16>(first, launch, views, work),
+        (DType::BF16, DType::BF16) => typed::<bf16, bf16>(first, launch, views, work),
         (DType::F32, _) => Err(OpError::invalid("attention_sink takes float16 or bfloat16 q, k and v")),
     }
 }
