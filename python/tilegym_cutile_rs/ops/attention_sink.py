@@ -325,7 +325,7 @@ def _partials(out: torch.Tensor, heads: int, splits: int) -> tuple[torch.Tensor,
 
 # The backward's tiles (no fitted table yet): query tiles of BACKWARD_ROWS rows and key tiles
 # of BACKWARD_KEYS keys, tileiras choosing the warps (an 8-warp hint at head dim 128 gave a
-# wrong dk on the H100, docs/benchmarks.md "attention_sink backward").
+# wrong dk on the H100: docs/benchmarks.md, "Backward: the first GPU run").
 BACKWARD_ROWS = 64
 BACKWARD_KEYS = 64
 
