@@ -359,6 +359,22 @@ def _launch_backward(
     _op.call("attention_sink backward", BACKWARD, (*_op.tensor_descs(*grads, *saved), scale, window, group, d, *fields), index, what)
 
 
+def _prepared(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor, start_q: Any, dims: tuple[int, ...]
+) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A checked call's device index (its context prepared), start_q tensor, `[B, S, width]`
+    views of q, k and v, sinks as the kernels read them, and a new output."""
+    import torch
+
+    b, s_q, s_kv, h_kv, group, d = dims
+    index = _op.device_index(query)
+    _device.prepare(index)
+    start = _start_q(start_q, s_kv, query.device)
+    q3, k3, v3 = _rows(query, b, s_q, h_kv * group * d), _rows(key, b, s_kv, h_kv * d), _rows(value, b, s_kv, h_kv * d)
+    out = torch.empty((b, s_q, h_kv * group * d), dtype=query.dtype, device=query.device)
+    return index, start, q3, k3, v3, _sinks(sinks, query.dtype), out
+
+
 @functools.cache
 def _autograd_function() -> Any:
     import torch
@@ -370,17 +386,10 @@ def _autograd_function() -> Any:
 
         @staticmethod
         def forward(ctx: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor,
-                    sm_scale: float, window: int, start_q: Any) -> torch.Tensor:
-            b, s_q, s_kv, h_kv, group, d = dims = _check(query, key, value, sinks)
-            index = _op.device_index(query)
-            _device.prepare(index)
-            start = _start_q(start_q, s_kv, query.device)
-            heads = h_kv * group
-            q3, k3, v3 = _rows(query, b, s_q, heads * d), _rows(key, b, s_kv, h_kv * d), _rows(value, b, s_kv, h_kv * d)
-            s = _sinks(sinks, query.dtype)
-            scale = float(sm_scale) * LOG2E
-            out = torch.empty((b, s_q, heads * d), dtype=query.dtype, device=query.device)
-            lse = torch.empty((b, s_q, heads), dtype=torch.float32, device=query.device)
+                    scale: float, window: int, start_q: Any, dims: tuple[int, ...]) -> torch.Tensor:
+            b, s_q, _, h_kv, group, d = dims  # attention_sink checked the call
+            index, start, q3, k3, v3, s, out = _prepared(query, key, value, sinks, start_q, dims)
+            lse = torch.empty((b, s_q, h_kv * group), dtype=torch.float32, device=query.device)
             chosen = _choose(q3, k3, v3, s, dims, window, scale, index, None, False)
             if b and s_q:
                 _launch_lse(out, lse, q3, k3, v3, s, start, scale, window, group, d, chosen._replace(splits=1), index)
@@ -404,7 +413,7 @@ def _autograd_function() -> Any:
                 for t in (dk, dv, dsink):
                     t.zero_()
             dsinks = dsink.sum((0, 1)).to(sinks_dtype) if ctx.needs_input_grad[3] else None
-            return dq.view(q_shape), dk.view(k_shape), dv.view(k_shape), dsinks, None, None, None
+            return dq.view(q_shape), dk.view(k_shape), dv.view(k_shape), dsinks, None, None, None, None
 
     return AttentionSink
 
@@ -484,15 +493,10 @@ def attention_sink(
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad or sinks.requires_grad):
         if config is not None or autotune:
             raise ValueError("attention_sink with gradients takes its own tiles: pass no config and autotune=False")
-        with_grad: torch.Tensor = _autograd_function().apply(query, key, value, sinks, float(sm_scale), window, start_q)
+        with_grad: torch.Tensor = _autograd_function().apply(query, key, value, sinks, scale, window, start_q, dims)
         return with_grad
     b, s_q, s_kv, h_kv, group, d = dims
-    index = _op.device_index(query)
-    _device.prepare(index)
-    start = _start_q(start_q, s_kv, query.device)
-    q3, k3, v3 = _rows(query, b, s_q, h_kv * group * d), _rows(key, b, s_kv, h_kv * d), _rows(value, b, s_kv, h_kv * d)
-    s = _sinks(sinks, query.dtype)
-    out = torch.empty((b, s_q, h_kv * group * d), dtype=query.dtype, device=query.device)
+    index, start, q3, k3, v3, s, out = _prepared(query, key, value, sinks, start_q, dims)
     chosen = _choose(q3, k3, v3, s, dims, window, scale, index, config, autotune)
     if b and s_q:
         _launch(out, q3, k3, v3, s, start, scale, window, group, d, chosen, index)
