@@ -12,13 +12,15 @@ from tilegym_cutile_rs.ops import rope as rp
 from .test_abi import desc
 
 
-def call(lib, q_out, k_out, q, k, cos, sin, half=32, heads=(8, 2)):  # type: ignore[no-untyped-def]
-    return lib.cutile_rope(q_out, k_out, q, k, cos, sin, 1.0, half, *heads, 0, 0, 0, 0), _library.last_error()
+def call(lib, q_out, k_out, q, k, cos, sin, half=32, heads=(8, 2), head_block=8):  # type: ignore[no-untyped-def]
+    return lib.cutile_rope(q_out, k_out, q, k, cos, sin, 1.0, half, *heads, head_block, 0, 0, 0, 0), _library.last_error()
 
 
 @pytest.mark.parametrize(
     "q_shape, k_shape, table, half, heads, fragment",
     [
+        ([2, 8, 5, 64], [2, 2, 5, 64], [1, 5, 64], 32, (8, 2, 3), "head_block = 3: must be a power of two"),
+        ([2, 6, 5, 64], [2, 2, 5, 64], [1, 5, 64], 32, (8, 2, 4), "must divide the 6 heads"),
         ([2, 8, 5, 64], [2, 2, 5, 32], [1, 5, 64], 32, (8, 2), "share batch, seq, head_dim"),
         ([2, 8, 5, 64], [2, 2, 5, 64], [3, 5, 64], 32, (8, 2), "cos must be a [1 or 2, 5, >= 32]"),
         ([2, 8, 5, 64], [2, 2, 5, 64], [1, 5, 16], 32, (8, 2), ">= 32"),
@@ -31,7 +33,8 @@ def call(lib, q_out, k_out, q, k, cos, sin, half=32, heads=(8, 2)):  # type: ign
 def test_bad_views_are_refused_before_any_launch(lib, q_shape, k_shape, table, half, heads, fragment) -> None:  # type: ignore[no-untyped-def]
     b, s, d = q_shape[0], q_shape[2], q_shape[-1]
     q_out, k_out = desc(lib, [b * s, q_shape[1], d]), desc(lib, [b * s, k_shape[1], k_shape[-1]])
-    status, msg = call(lib, q_out, k_out, desc(lib, q_shape), desc(lib, k_shape), desc(lib, table), desc(lib, table), half, heads)
+    status, msg = call(lib, q_out, k_out, desc(lib, q_shape), desc(lib, k_shape), desc(lib, table), desc(lib, table), half, heads[:2],
+                       *heads[2:])
     assert status == lib.CUTILE_ERR_INVALID_ARGUMENT and fragment in msg, msg
 
 

@@ -51,6 +51,26 @@ def test_llama_layout_forward_and_gradients(dtype: torch.dtype, b: int, hq: int,
         torch.testing.assert_close(g.float(), w.float(), **TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("hq, hk", [(32, 8), (28, 4), (5, 3)])
+def test_every_head_block_and_hint_agrees(dtype: torch.dtype, hq: int, hk: int) -> None:
+    """Each number of heads a step the tuner may pick, and hints, give the reference both ways,
+    and a repeated call (its descriptors reused) reads the new data."""
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 9, hq, 128, device="cuda", dtype=dtype).transpose(1, 2), torch.randn(2, 9, hk, 128, device="cuda", dtype=dtype).transpose(1, 2)
+    cos, sin = tables(2, 9, 128, dtype)
+    blocks = {c.head_block for c in rp._tuning_candidates(("bfloat16", 18, hq, hk, 128, 64))}
+    for config in [rp.RopeConfig(b) for b in sorted(blocks)] + [rp.RopeConfig(min(blocks), 8, 4)]:
+        for x, y in ((q, k), (q * 2, k - 1)):
+            for got, want in zip(tilegym_cutile_rs.rope(x, y, cos, sin, config=config), rp.reference(x, y, cos, sin), strict=True):
+                torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+        xg, yg = q.detach().requires_grad_(True), k.detach().requires_grad_(True)
+        qo, ko = tilegym_cutile_rs.rope(xg, yg, cos, sin, config=config)
+        got = torch.autograd.grad([qo, ko], [xg, yg], [qo.detach(), ko.detach()])
+        for g, x in zip(got, (q, k), strict=True):  # the inverse rotation of the rotation: the input back
+            torch.testing.assert_close(g.float(), x.float(), **TOL[dtype])
+
+
 def test_gpt_oss_half_tables_shared_tables_and_a_partial_factor() -> None:
     q, k = torch.randn(2, 64, 7, 64, device="cuda"), torch.randn(2, 8, 7, 64, device="cuda")
     cos, sin = tables(2, 7, 64, torch.float32, half_only=True)  # [B, S, D/2]

@@ -5,17 +5,70 @@ k in one launch, forward and backward, float32/float16/bfloat16; and TileGym's
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _device, _op
+from .. import _device, _op, _tuned
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["rope"]
+__all__ = ["RopeConfig", "rope", "rope_config", "rope_rule"]
 
 EXPORT = "cutile_rope"
 SUPPORTED = ("float32", "float16", "bfloat16")
+
+
+class RopeConfig(NamedTuple):
+    """A rope launch (one CTA per batch and position rotates every head of q and k):
+    `head_block` heads a step (a power of two: at least the heads' tile, all in one step, or a
+    divisor of the head counts),
+    `occupancy` CTAs per SM and `warps` worker warps per CTA (0: tileiras' choice)."""
+
+    head_block: int
+    occupancy: int = 0
+    warps: int = 0
+
+
+def rope_rule(rows: int, heads_q: int, heads_k: int, head_dim: int, half: int, dtype: torch.dtype | str) -> RopeConfig:
+    """The config where no fitted table applies: every head in one step, tileiras' hints."""
+    return RopeConfig(_op.next_pow2(max(heads_q, heads_k)))
+
+
+def rope_config(rows: int, heads_q: int, heads_k: int, head_dim: int, half: int, dtype: torch.dtype | str,
+                device: int | None = None) -> RopeConfig:
+    """The heuristic's config for `rows` (batch x seq) positions of `heads_q` and `heads_k` heads
+    of `head_dim`, `2 * half` of them rotated, on CUDA device `device` (default: the current
+    one), forward and backward alike (one kernel): the nearest problem of the fitted table
+    (benchmarks/tune.py, tuned/rope.json; float16 without a fit of its own takes bfloat16's)
+    with the same heads, else `rope_rule`."""
+    problem = _tuned.problem(dtype, rows, heads_q, heads_k, head_dim, half)
+    stand_in = "bfloat16" if problem[0] == "float16" else None
+    return RopeConfig(*_tuned.fitted("rope", problem, device, lambda: rope_rule(rows, heads_q, heads_k, head_dim, half, dtype),
+                                     _adapt, stand_in))
+
+
+def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem) -> tuple[int, ...] | None:
+    """A fit carries over between numbers of positions, not between head layouts."""
+    return config if tuple(problem[2:]) == tuple(fitted[2:]) else None
+
+
+chooser = _op.Chooser("rope", RopeConfig)
+
+
+def _config(q: torch.Tensor, k: torch.Tensor, half: int, config: Any, index: int) -> RopeConfig:
+    """An explicit config, else the chooser's (memoised per problem: the per-call fast path)."""
+    if config is not None:
+        return _op.check_config(config, RopeConfig)
+    b, hq, s, d = q.shape
+    problem = _tuned.problem(q.dtype, b * s, hq, k.shape[1], d, half)
+    return chooser.choose(
+        (index, *problem),
+        lambda: f"rope|{_device.name(index)}|{q.dtype}|heads={hq}/{k.shape[1]}|d={d}|half={half}|rows~{min(_op.next_pow2(b * s), 1 << 20)}",
+        lambda: rope_config(b * s, hq, k.shape[1], d, half, q.dtype, index),
+        lambda: _tuning_candidates(problem),
+        lambda: _tuning_bench(problem, q.device),
+        False,
+    )
 
 
 def _half(head_dim: int, rotary_dim: int | None) -> int:
@@ -76,17 +129,38 @@ def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
 
 
-def _launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int, sign: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int, sign: float,
+            config: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     q, k = _unit_last(q), _unit_last(k)
     q_out, k_out = _outputs(q, k)
-    b, hq, s, d = q.shape
     if q.numel() or k.numel():
         index = _op.device_index(q)
         _device.prepare(index)
-        views = (q_out.transpose(1, 2).reshape(b * s, hq, d), k_out.transpose(1, 2).reshape(b * s, k.shape[1], d))
-        args = (*_op.tensor_descs(*views, q, k, cos, sin), sign, half, _op.next_pow2(hq), _op.next_pow2(k.shape[1]), 0, 0)
-        _op.call("rope", EXPORT, args, index, ("rope", q.dtype, tuple(q.shape), "half", half))
+        _launch_into(q_out, k_out, q, k, cos, sin, half, sign, _config(q, k, half, config, index), index)
     return q_out, k_out
+
+
+plans = _op.Plans("rope", EXPORT)
+
+
+def _launch_into(q_out: torch.Tensor, k_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 half: int, sign: float, config: tuple[int, ...], index: int) -> None:
+    """The kernel on q_out and k_out (as `_outputs` makes them). A launch seen before on this
+    thread (every view's shape and strides, the scalars and config) reuses its descriptors:
+    a decode step's rope is launch-bound."""
+    key = (q.shape, q.stride(), k.shape, k.stride(), cos.shape, cos.stride(), sin.shape, sin.stride(), q.dtype, index, half, sign,
+           tuple(config))
+    plan = plans.get(key)
+    if plan is not None:
+        plan.run(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(), cos.data_ptr(), sin.data_ptr())
+        return
+    b, hq, s, d = q.shape
+    head_block, occupancy, warps = config
+    views = (q_out.transpose(1, 2).reshape(b * s, hq, d), k_out.transpose(1, 2).reshape(b * s, k.shape[1], d))
+    scalars = (sign, half, _op.next_pow2(hq), _op.next_pow2(k.shape[1]), head_block, occupancy, warps)
+    _op.call("rope", EXPORT, (*_op.tensor_descs(*views, q, k, cos, sin), *scalars), index,
+             ("rope", q.dtype, tuple(q.shape), "half", half, "config", tuple(config)))
+    plans.make(key, (*views, q, k, cos, sin), scalars, index, dense=False)
 
 
 @functools.cache
@@ -97,22 +171,24 @@ def _autograd_function() -> Any:
         """Our kernel both ways: the backward is the inverse rotation of the gradients."""
 
         @staticmethod
-        def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int) -> tuple[torch.Tensor, torch.Tensor]:
+        def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int,
+                    config: Any) -> tuple[torch.Tensor, torch.Tensor]:
             ctx.save_for_backward(cos, sin)
-            ctx.half = half
-            return _launch(q, k, cos, sin, half, 1.0)
+            ctx.half, ctx.config = half, config
+            return _launch(q, k, cos, sin, half, 1.0, config)
 
         @staticmethod
         def backward(ctx: Any, dq: torch.Tensor, dk: torch.Tensor) -> tuple[Any, ...]:
             cos, sin = ctx.saved_tensors
-            dq_in, dk_in = _launch(dq, dk, cos, sin, ctx.half, -1.0)
-            return dq_in, dk_in, None, None, None
+            dq_in, dk_in = _launch(dq, dk, cos, sin, ctx.half, -1.0, ctx.config)
+            return dq_in, dk_in, None, None, None, None
 
     return Rope
 
 
 def rope(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, rotary_dim: int | None = None
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, rotary_dim: int | None = None,
+    config: RopeConfig | tuple[int, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q and k rotated by the position tables cos and sin, transformers' rotate-half layout:
     for the first `rotary_dim` dims (default: all), out = x * cos + rotate_half(x) * sin;
@@ -125,6 +201,8 @@ def rope(
     another. Half of `rotary_dim` must be a power of two dividing D. Returns new tensors of
     q's and k's shapes, `[B, S, H, D]` memory seen as `[B, H, S, D]`. Gradients flow to q and
     k through the same kernel (the inverse rotation); cos and sin take none.
+    `config=RopeConfig(head_block, occupancy, warps)` overrides the heuristic (`rope_config`),
+    both ways.
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.rope.
     """
     import torch
@@ -144,10 +222,12 @@ def rope(
     cos3, sin3 = _tables(cos, "cos", q), _tables(sin, "sin", q)
     if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
         raise NotImplementedError("rope computes no gradient for cos and sin; pass them detached (transformers' tables are buffers)")
+    if config is not None:
+        config = _op.check_config(config, RopeConfig)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
-        q_out, k_out = _autograd_function().apply(q, k, cos3, sin3, half)
+        q_out, k_out = _autograd_function().apply(q, k, cos3, sin3, half, config)
         return q_out, k_out
-    return _launch(q, k, cos3, sin3, half, 1.0)
+    return _launch(q, k, cos3, sin3, half, 1.0, config)
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -296,6 +376,49 @@ def _shipped(device: torch.device) -> None:
     rope(q, k, cos, sin)
 
 
+# The tuning problems: each shipped head layout at a prefill's positions (4096 and 4 x 2048
+# rows) and a decode step's (64 sequences), in every dtype.
+TUNING_ROWS = (4096, 8192, 64)
+
+
+def _tuning_candidates(problem: _tuned.Problem) -> list[RopeConfig]:
+    """The sweep's configs: all heads a step, or 4, 8 or 16 where that divides both head counts
+    (or covers k's tile), each with tileiras' choice of warps, 4 or 8, at its occupancy or 4 or
+    8 CTAs per SM (tileiras takes no fewer than 4 warps)."""
+    _, rows, hq, hk, d, half = problem
+    whole = _op.next_pow2(max(hq, hk))
+    blocks = {b for b in (4, 8, 16) if b < whole and hq % b == 0 and (hk % b == 0 or b >= _op.next_pow2(hk))} | {whole}
+    return sorted({RopeConfig(b, occupancy, warps) for b in blocks for occupancy in (0, 4, 8) for warps in (0, 4, 8)})
+
+
+def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:
+    import torch
+
+    dtype_name, rows, hq, hk, d, half = problem
+    q, k, cos, sin = _rope_inputs(1, hq, hk, rows, d, _tuned.torch_dtype(dtype_name), device, False)
+    q_out, k_out = _outputs(q, k)
+    want = reference(q, k, cos, sin, 2 * half)
+    index = _op.device_index(q)
+
+    def check() -> None:
+        for got, ref in zip((q_out, k_out), want, strict=True):
+            torch.testing.assert_close(got, ref, rtol=2e-2, atol=5e-2)
+
+    return _tuned.checked_runs(lambda config: _launch_into(q_out, k_out, q, k, cos, sin, half, 1.0, config, index), check, (q_out, k_out))
+
+
+TUNINGS = [
+    _tuned.Tuning(
+        name="rope",
+        problems=[(dt, rows, hq, hk, d, rotated // 2) for dt in SUPPORTED for rows in TUNING_ROWS for hq, hk, d, rotated in SHIPPED_HEADS],
+        candidates=_tuning_candidates,
+        rule=lambda p: rope_rule(p[1], p[2], p[3], p[4], p[5], p[0]),
+        bench=_tuning_bench,
+        nbytes=lambda p: 2 * (p[2] + p[3]) * p[1] * p[4] * _tuned.torch_dtype(p[0]).itemsize,
+        adapt=_adapt,
+    )
+]
+
 OP = _op.OpSpec(
     "rope",
     tilegym={"apply_rope_base": _tilegym_apply_rope_base, "get_apply_rope_func": _tilegym_get_apply_rope_func},
@@ -304,4 +427,5 @@ OP = _op.OpSpec(
     shipped=_shipped,
     torch_ops=TORCH_OPS,
     warms_up=lambda shape, dtype: len(shape) == 4,
+    tunings=TUNINGS,
 )

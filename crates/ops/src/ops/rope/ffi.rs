@@ -7,8 +7,10 @@ use crate::abi::{ffi_guard, read_desc, TensorDesc};
 /// position read) into the contiguous `q_out` (`[B * S, Hq, D]`) and `k_out`
 /// (`[B * S, Hk, D]`): the first `2 * half` dims rotated (rotate-half layout), the rest
 /// copied. `sign` -1 applies the inverse rotation (the backward). `heads_q` and `heads_k`
-/// are the tiles' head counts (powers of two covering Hq and Hk). `occupancy` and `warps` > 0
-/// are tileiras hints. Enqueued on `stream` (a CUstream on `device`) and not waited for.
+/// are the tiles' head counts (powers of two covering Hq and Hk); `head_block` (a power of
+/// two) heads of each are rotated a step, or all of them where it is at least their tile;
+/// fewer than a tile must divide the heads.
+/// `occupancy` and `warps` > 0 are tileiras hints. Enqueued on `stream` (a CUstream on `device`) and not waited for.
 /// Returns a `CUTILE_*` status.
 ///
 /// # Safety
@@ -27,6 +29,7 @@ pub unsafe extern "C" fn cutile_rope(
     half: i32,
     heads_q: i32,
     heads_k: i32,
+    head_block: i32,
     occupancy: i32,
     warps: i32,
     device: i32,
@@ -36,6 +39,6 @@ pub unsafe extern "C" fn cutile_rope(
         let (q_out, k_out) = unsafe { (read_desc(q_out, "q_out")?, read_desc(k_out, "k_out")?) };
         let (q, k) = unsafe { (read_desc(q, "q")?, read_desc(k, "k")?) };
         let (cos, sin) = unsafe { (read_desc(cos, "cos")?, read_desc(sin, "sin")?) };
-        super::launch::rope(&q_out, &k_out, &q, &k, &cos, &sin, sign, half, [heads_q, heads_k], occupancy, warps, device, stream)
+        super::launch::rope(&q_out, &k_out, &q, &k, &cos, &sin, sign, half, [heads_q, heads_k], head_block, occupancy, warps, device, stream)
     })
 }

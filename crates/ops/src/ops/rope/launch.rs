@@ -45,11 +45,12 @@ fn check_tables(cos: &CheckedTensor, sin: &CheckedTensor, b: i32, s: i32, half: 
     Ok(())
 }
 
-/// The launch: both outputs in `[1, heads, D]` tiles (one CTA per batch and position).
+/// The launch: both outputs in `[1, heads, D]` tiles (one CTA per batch and position),
+/// `head_block` heads of each a step (at most their tile).
 fn describe<'a>(
     [q_out, k_out, q, k, cos, sin]: [&'a CheckedTensor; 6],
     sign: f32,
-    [half, heads_q, heads_k]: [i32; 3],
+    [half, heads_q, heads_k, head_block]: [i32; 4],
     hints: Hints,
 ) -> Launch<'a> {
     let d = q.shape[3];
@@ -62,7 +63,10 @@ fn describe<'a>(
         Param::In("sin", sin),
         Param::F32("sign", sign),
     ];
-    Launch { module: KERNELS, kernel: "rope", generics: Generic::list(&[q.dtype], &[heads_q, heads_k, d, half]), hints, params }
+    Launch { module: KERNELS, kernel: "rope", generics: Generic::list(&[q.dtype], &[heads_q, heads_k, head_block.min(heads_q), head_block.min(heads_k), d, half]),
+        hints,
+        params,
+    }
 }
 
 // The C export's flat scalar parameters, passed straight through.
@@ -77,6 +81,7 @@ pub fn rope(
     sign: f32,
     half: i32,
     [heads_q, heads_k]: [i32; 2],
+    head_block: i32,
     occupancy: i32,
     warps: i32,
     device: i32,
@@ -107,6 +112,16 @@ pub fn rope(
             )));
         }
     }
+    check_block("head_block", head_block)?;
+    // A step of fewer heads than the tile stores its block whole: no padding head in it.
+    for (x, heads) in [(q, heads_q), (k, heads_k)] {
+        if head_block < heads && x.shape[1] % head_block != 0 {
+            return Err(OpError::invalid(format!(
+                "head_block = {head_block}: a step of fewer heads than the tile ({heads}) must divide the {} heads; pass {heads} or a divisor",
+                x.shape[1]
+            )));
+        }
+    }
     if !sign.is_finite() {
         return Err(OpError::invalid(format!("sign = {sign}: must be finite (1 forward, -1 backward)")));
     }
@@ -114,7 +129,7 @@ pub fn rope(
     if b == 0 || s == 0 || d == 0 || q.shape[1] == 0 || k.shape[1] == 0 {
         return Ok(());
     }
-    let launch = describe([q_out, k_out, q, k, cos, sin], sign, [half, heads_q, heads_k], hints);
+    let launch = describe([q_out, k_out, q, k, cos, sin], sign, [half, heads_q, heads_k, head_block], hints);
     let all = [q_out, k_out, q, k, cos, sin];
     launch::enqueue_launch("rope", &launch, device, stream, |first| match q.dtype {
         DType::F32 => launch_first::<f32>(first, &launch, all),
@@ -149,7 +164,7 @@ mod tests {
         let (qo, ko) = (view(&[14, 32, 128], &[4096, 128, 1]), view(&[14, 8, 128], &[1024, 128, 1]));
         let cos = view(&[2, 7, 128], &[896, 128, 1]);
         let hints = Hints::checked(0, 0).unwrap();
-        crate::launch::signature::assert_matches_kernel(&describe([&qo, &ko, &q, &k, &cos, &cos], 1.0, [64, 32, 8], hints));
+        crate::launch::signature::assert_matches_kernel(&describe([&qo, &ko, &q, &k, &cos, &cos], 1.0, [64, 32, 8, 16], hints));
     }
 
     #[test]
