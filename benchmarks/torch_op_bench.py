@@ -49,13 +49,13 @@ def main() -> None:
     def wrapped(x: torch.Tensor) -> torch.Tensor:
         return torch.empty_like(x)
 
-    from tilegym_cutile_rs import _op
+    from tilegym_cutile_rs import _torch_ops
 
     x = torch.empty(4)
     calls: dict[str, Any] = {
         "torch.library.Library define/impl (ours)": lambda: torch.ops.tilegym_bench.direct(x),
         "torch.library.custom_op": lambda: torch.ops.tilegym_bench.wrapped(x),
-        "our eager check, _op.is_compiling()": _op.is_compiling,
+        "our eager check, _torch_ops.is_compiling()": _torch_ops.is_compiling,
         "a bare Python call (lambda: None)": lambda: None,
     }
     rows = Rows.from_args(args, list(calls))

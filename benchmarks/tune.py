@@ -123,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
 
     import torch
-    from tilegym_cutile_rs import _op, _toolchain
+    from tilegym_cutile_rs import _registry, _toolchain
 
-    tuning = _op.tunings().get(args.name)
+    tuning = _registry.tunings().get(args.name)
     if tuning is None:
-        parser.error(f"no op declares a tuning {args.name!r}; declared: {', '.join(_op.tunings())}")
+        parser.error(f"no op declares a tuning {args.name!r}; declared: {', '.join(_registry.tunings())}")
     results_path = args.results or Path(f"tune-{args.name}.jsonl")
     table_path = args.table or HERE.parent / "python" / "tilegym_cutile_rs" / "tuned" / f"{args.name}.json"
     problems = list(tuning.problems)

@@ -115,9 +115,9 @@ def test_every_config_is_one_the_library_takes(lib, batch: int, s_q: int, s_kv: 
 
 
 def test_the_op_is_registered_for_tilegym_and_the_check() -> None:
-    from tilegym_cutile_rs import _op, tilegym_backend
+    from tilegym_cutile_rs import _registry, tilegym_backend
 
-    assert "attention_sink" in _op.ops() and "attention_sink" in tilegym_backend.provided_ops()
+    assert "attention_sink" in _registry.ops() and "attention_sink" in tilegym_backend.provided_ops()
     assert callable(_library.library().cutile_attention_sink)
 
 

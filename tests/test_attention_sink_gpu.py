@@ -174,9 +174,9 @@ def test_tilegym_registration_and_check_smoke() -> None:
     from tilegym_cutile_rs import tilegym_backend
 
     assert "attention_sink" in tilegym_backend.provided_ops()
-    from tilegym_cutile_rs import _op
+    from tilegym_cutile_rs import _registry
 
-    assert "attention_sink max abs error" in _op.ops()["attention_sink"].smoke(torch.device("cuda"))
+    assert "attention_sink max abs error" in _registry.ops()["attention_sink"].smoke(torch.device("cuda"))
     [record] = tilegym_cutile_rs.warmup([(1, 1, 1024, 8, 8, 64)], ["bfloat16"], ops=["attention_sink"])
     assert record["op"] == "attention_sink" and record["config"].splits > 1
 

@@ -156,7 +156,7 @@ def test_every_op_brings_its_smoke_run_and_a_failing_one_is_reported() -> None:
     # A fake sm_90 GPU passes the driver and toolchain checks (tileiras compiles without a
     # GPU), then each op's own smoke run fails in its subprocess, where torch finds no GPU:
     # one failed line per op the package has, exit code 5, the others not hidden.
-    from tilegym_cutile_rs import _op
+    from tilegym_cutile_rs import _registry
 
     out = run_check("--json", prelude=_fake_driver_prelude())
     report = json.loads(out.stdout)
@@ -164,7 +164,7 @@ def test_every_op_brings_its_smoke_run_and_a_failing_one_is_reported() -> None:
     if by_name.get("compile sm_90", {}).get("status") != "ok":
         pytest.skip(f"no Tile IR toolchain for sm_90 here: {by_name.get('compile sm_90')}")
     assert report["exit_code"] == check.EXIT_KERNEL, out.stdout
-    for name in _op.ops():
+    for name in _registry.ops():
         smoke = by_name[f"{name} gpu 0"]
         assert smoke["status"] == "failed" and smoke["exit_code"] == check.EXIT_KERNEL, smoke
         assert "Error" in smoke["detail"] and smoke["remedy"], smoke

@@ -1,6 +1,6 @@
 """No import circle among the package's modules: every `import` of a package module, at the top
 of a module or inside a function, is an edge, and the graph has no cycle. (The op registry,
-`_op.ops()`, finds op modules by listing the `ops` package at run time: plugins that import
+`_registry.ops()`, finds op modules by listing the `ops` package at run time: plugins that import
 the framework, not an edge of this graph.)"""
 
 from __future__ import annotations

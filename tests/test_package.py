@@ -76,9 +76,9 @@ def test_manifest_matches_packaged_header_and_library() -> None:
     assert _library.ffi().offsetof("TensorDesc", "strides") == 56
     assert _library.ffi().offsetof("TensorDesc", "dtype") == 96
     # The library's ops are the Python package's, each with its own module.
-    from tilegym_cutile_rs import _op
+    from tilegym_cutile_rs import _registry
 
-    assert _library.ops() == list(_op.ops()) and _library.ops()
+    assert _library.ops() == list(_registry.ops()) and _library.ops()
 
 
 def _cdef_gen(source: Path) -> str:
@@ -188,9 +188,9 @@ def test_missing_library_override_is_a_clear_error() -> None:
 def test_ops_are_exported_from_their_modules() -> None:
     import importlib
 
-    from tilegym_cutile_rs import _op
+    from tilegym_cutile_rs import _registry
 
-    for name in _op.ops():
+    for name in _registry.ops():
         module = importlib.import_module(f"tilegym_cutile_rs.ops.{name}")
         assert module.__all__, name
         for export in module.__all__:
@@ -269,9 +269,9 @@ def test_every_public_op_has_a_real_signature_for_type_checkers(tmp_path: Path) 
     # What an IDE or type checker sees of the installed package, statically: each op
     # re-exported by name with its annotated signature (not a module __getattr__'s Any).
     from mypy import api
-    from tilegym_cutile_rs import _op
+    from tilegym_cutile_rs import _registry
 
-    names = [n for name in _op.ops() for n in __import__(f"tilegym_cutile_rs.ops.{name}", fromlist=["__all__"]).__all__]
+    names = [n for name in _registry.ops() for n in __import__(f"tilegym_cutile_rs.ops.{name}", fromlist=["__all__"]).__all__]
     user = tmp_path / "user.py"
     user.write_text("import tilegym_cutile_rs\n" + "".join(f"reveal_type(tilegym_cutile_rs.{n})\n" for n in names))
     stdout, stderr, _ = api.run([str(user), "--no-incremental", "--cache-dir", str(tmp_path / "cache")])
@@ -295,9 +295,9 @@ def test_the_version_has_one_home() -> None:
 
 def test_warmup_without_ops_names_the_ops_each_shape_convention_fits() -> None:
     import torch
-    from tilegym_cutile_rs import _op
+    from tilegym_cutile_rs import _registry
 
-    specs = _op.ops()
+    specs = _registry.ops()
 
     def takers(shape: tuple[int, ...], dtype: torch.dtype) -> set[str]:
         return {name for name, spec in specs.items() if spec.warms_up(shape, dtype)}

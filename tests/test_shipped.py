@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tilegym_cutile_rs import _abi, _describe, _library, _op, _ship_build, _shipped
+from tilegym_cutile_rs import _abi, _describe, _library, _op, _registry, _ship_build, _shipped
 from tilegym_cutile_rs.errors import ToolchainError
 
 
@@ -29,7 +29,7 @@ def test_the_wheel_ships_every_architecture_and_its_index_checks_out() -> None:
     index = _shipped.index()
     assert index is not None, f"no shipped kernels in {_shipped.KERNELS_DIR}: was the wheel built with scripts/ship_kernels.py?"
     assert index["library_fingerprint"] == _library.manifest().FINGERPRINT
-    assert index["ops"] == sorted(_op.ops())
+    assert index["ops"] == sorted(_registry.ops())
     for arch in _describe.ARCHS:
         assert index["archs"][arch] > 0, arch
         assert _shipped.count(arch) == index["archs"][arch]
@@ -46,7 +46,7 @@ def test_every_shipped_launch_resolves_without_a_toolchain() -> None:
     code = textwrap.dedent(
         """
         import json, torch
-        from tilegym_cutile_rs import _describe, _library, _op, _ship_build, _shipped, _toolchain
+        from tilegym_cutile_rs import _describe, _library, _op, _registry, _ship_build, _shipped, _toolchain
         from tilegym_cutile_rs.errors import ToolchainError
         _toolchain._from_pip = lambda: None
         try:
@@ -58,7 +58,7 @@ def test_every_shipped_launch_resolves_without_a_toolchain() -> None:
         out = {}
         for arch, sms in _describe.ARCHS.items():
             for n in sms:
-                for name, spec in _op.ops().items():
+                for name, spec in _registry.ops().items():
                     calls = lambda spec=spec: spec.shipped(torch.device("meta"))
                     out[f"{name} {arch} {n} SMs"] = _ship_build.resolve(_describe.Target(arch, n), calls)
         print(json.dumps(out))
@@ -70,7 +70,7 @@ def test_every_shipped_launch_resolves_without_a_toolchain() -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     resolved = json.loads(run.stdout)
-    assert len(resolved) == len(_op.ops()) * sum(len(sms) for sms in _describe.ARCHS.values())
+    assert len(resolved) == len(_registry.ops()) * sum(len(sms) for sms in _describe.ARCHS.values())
     for what, (found, described) in resolved.items():
         assert described > 0 and found == described, f"{what}: {found} of {described} launches have a shipped kernel"
 
@@ -92,7 +92,7 @@ def test_a_shape_outside_the_set_finds_nothing_and_raises_the_documented_error()
 
 
 def softmax_shipped() -> None:
-    _op.ops()["softmax"].shipped(torch.device("meta"))
+    _registry.ops()["softmax"].shipped(torch.device("meta"))
 
 
 def copy_of_kernels(tmp_path: Path) -> Path:

@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from tilegym_cutile_rs import _op
+from tilegym_cutile_rs import _registry
 
 pytestmark = pytest.mark.gpu
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
 # no nvidia bin on PATH) and has no user kernel cache: every kernel must come from the wheel.
 PRELUDE = """
     import json, torch
-    from tilegym_cutile_rs import _op, _toolchain, cache
+    from tilegym_cutile_rs import cache, _registry, _toolchain
     from tilegym_cutile_rs.errors import ToolchainError
     _toolchain._from_pip = lambda: None
 """
@@ -37,13 +37,13 @@ def run_without_toolchain(body: str) -> dict[str, object]:
     return result
 
 
-@pytest.mark.parametrize("op", list(_op.ops()))
+@pytest.mark.parametrize("op", list(_registry.ops()))
 def test_each_ops_shipped_shapes_run_with_no_toolchain(op: str) -> None:
     # The very calls the build describes on meta tensors, on the device: every kernel comes
     # from the wheel, and each first launch's derived spec is the key cutile resolved.
     stats = run_without_toolchain(
         f"""
-        spec = _op.ops()[{op!r}]
+        spec = _registry.ops()[{op!r}]
         print(spec.smoke(torch.device("cuda")))
         spec.shipped(torch.device("cuda"))
         torch.cuda.synchronize()

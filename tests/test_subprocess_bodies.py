@@ -100,7 +100,7 @@ def bound_names(trees: list[ast.Module], missing: list[str] | None = None) -> di
 
 def missing_names(trees: list[ast.Module]) -> list[str]:
     """What the bodies import from the package or read off what they imported (`cache.stats`,
-    `_op.ops`) that the installed package lacks."""
+    `_registry.ops`) that the installed package lacks."""
     missing: list[str] = []
     bound = bound_names(trees, missing)
     for tree in trees:
@@ -138,7 +138,7 @@ def test_each_body_names_only_what_the_package_has(path: Path) -> None:
 def test_a_missing_attribute_is_caught() -> None:
     # The very bodies that failed on the GPU: a prelude importing `cache`, and a separate body
     # calling a counter the module lacks.
-    prelude = _parse_body("import json\nfrom tilegym_cutile_rs import cache, _op\n")
-    body = _parse_body("print(json.dumps(cache.no_such_counter()))\nprint(_op.ops())\n")
+    prelude = _parse_body("import json\nfrom tilegym_cutile_rs import cache, _registry\n")
+    body = _parse_body("print(json.dumps(cache.no_such_counter()))\nprint(_registry.ops())\n")
     assert prelude is not None and body is not None
     assert missing_names([prelude, body]) == ["cache.no_such_counter"]

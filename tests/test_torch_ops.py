@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import tilegym_cutile_rs as t
 import torch
-from tilegym_cutile_rs import _op
+from tilegym_cutile_rs import _registry
 from torch.fx.experimental.proxy_tensor import make_fx
 
 META = torch.device("meta")
@@ -48,7 +48,7 @@ CALLS: list[tuple[str, Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]
 
 def test_every_op_declares_its_operators_and_they_are_registered() -> None:
     t.register_torch_ops()
-    declared = {op.name for spec in _op.ops().values() for op in spec.torch_ops}
+    declared = {op.name for spec in _registry.ops().values() for op in spec.torch_ops}
     assert {"softmax", "swiglu", "silu_and_mul", "matmul", "bmm", "attention_sink"} <= declared
     for name in declared:
         base, _, overload = name.partition(".")
@@ -57,10 +57,10 @@ def test_every_op_declares_its_operators_and_they_are_registered() -> None:
 
 # Every operator every op declares, with its own example: a new op is checked here (and by
 # tests/test_torch_ops_gpu.py) without an edit to the tests.
-TORCH_OPS = [op for spec in _op.ops().values() for op in spec.torch_ops]
+TORCH_OPS = [op for spec in _registry.ops().values() for op in spec.torch_ops]
 
 
-def operator(op: _op.TorchOp) -> Any:
+def operator(op: _registry.TorchOp) -> Any:
     base, _, overload = op.name.partition(".")
     return getattr(getattr(NS, base), overload or "default")
 
@@ -70,7 +70,7 @@ def test_every_operator_declares_an_example() -> None:
 
 
 @pytest.mark.parametrize("op", TORCH_OPS, ids=[op.name for op in TORCH_OPS])
-def test_every_operator_traces_and_compiles_on_its_example(op: _op.TorchOp) -> None:
+def test_every_operator_traces_and_compiles_on_its_example(op: _registry.TorchOp) -> None:
     t.register_torch_ops()
     assert op.example is not None
     fn = operator(op)
@@ -88,16 +88,16 @@ def test_every_operator_traces_and_compiles_on_its_example(op: _op.TorchOp) -> N
 
 
 def test_registering_again_is_harmless() -> None:
-    # In a fresh interpreter: register, register again, reload an op module and the shared
-    # layer (whose registry survives: a reload re-runs a module in the same namespace), then trace.
+    # In a fresh interpreter: register, register again, reload an op module and the operators'
+    # registration module (whose registry survives: a reload re-runs a module in the same namespace), then trace.
     code = """
 import importlib, torch
 import tilegym_cutile_rs as t
-from tilegym_cutile_rs import _op
+from tilegym_cutile_rs import _torch_ops
 t.register_torch_ops(); t.register_torch_ops()
 importlib.reload(importlib.import_module("tilegym_cutile_rs.ops.softmax"))
-importlib.reload(_op)
-_op.register_torch_ops()
+importlib.reload(_torch_ops)
+_torch_ops.register_torch_ops()
 from torch.fx.experimental.proxy_tensor import make_fx
 gm = make_fx(lambda x: t.softmax(x), tracing_mode="fake")(torch.empty(4, 8, device="meta"))
 print([str(n.target) for n in gm.graph.nodes if n.op == "call_function"])

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import tilegym_cutile_rs as t
 import torch
-from tilegym_cutile_rs import _op
+from tilegym_cutile_rs import _registry
 
 from .test_torch_ops import TORCH_OPS, operator
 
@@ -28,7 +28,7 @@ DEVICE = torch.device("cuda")
 
 
 @pytest.mark.parametrize("op", TORCH_OPS, ids=[op.name for op in TORCH_OPS])
-def test_opcheck(op: _op.TorchOp) -> None:
+def test_opcheck(op: _registry.TorchOp) -> None:
     t.register_torch_ops()
     assert op.example is not None, f"{op.name} declares no example"
     torch.library.opcheck(operator(op), op.example(DEVICE))
@@ -57,7 +57,7 @@ def _outputs(result: Any, args: tuple[Any, ...]) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("op", TORCH_OPS, ids=[op.name for op in TORCH_OPS])
-def test_compiled_operator_matches_eager_exactly(op: _op.TorchOp) -> None:
+def test_compiled_operator_matches_eager_exactly(op: _registry.TorchOp) -> None:
     t.register_torch_ops()
     assert op.example is not None
     torch._dynamo.reset()

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from tilegym_cutile_rs import _describe, _op, _tuned
+from tilegym_cutile_rs import _describe, _registry, _tuned
 from tilegym_cutile_rs.ops import swiglu as sw
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,9 +139,9 @@ def test_an_interrupted_sweep_resumes_from_its_results(tmp_path: Path) -> None:
 def test_the_build_describes_every_fitted_device(tables: Path) -> None:
     tune = tune_module()
     tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, {**META, "sms": 132}, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8])])
-    targets = _tuned.describe_targets("sm_90", _describe.ARCHS["sm_90"], list(_op.tunings()))
+    targets = _tuned.describe_targets("sm_90", _describe.ARCHS["sm_90"], list(_registry.tunings()))
     assert targets == [_describe.Target("sm_90", 114), _describe.Target("sm_90", 132), _describe.Target("sm_90", 132, H100)]
-    assert _tuned.describe_targets("sm_80", _describe.ARCHS["sm_80"], list(_op.tunings())) == [_describe.Target("sm_80", 108)]
+    assert _tuned.describe_targets("sm_80", _describe.ARCHS["sm_80"], list(_registry.tunings())) == [_describe.Target("sm_80", 108)]
 
 
 def test_the_backward_reads_its_own_table(tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,7 +158,7 @@ def test_the_backward_reads_its_own_table(tables: Path, monkeypatch: pytest.Monk
 
 
 def test_every_tuning_declares_problems_its_candidates_and_rule_agree_on() -> None:
-    tunable = _op.tunings()
+    tunable = _registry.tunings()
     assert {"swiglu", "swiglu_backward"} <= set(tunable)
     assert all(name == tuning.name for name, tuning in tunable.items())
     for name, tuning in tunable.items():

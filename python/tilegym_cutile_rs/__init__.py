@@ -54,7 +54,7 @@ __all__ = [
 ]
 __all__ += _exports.__all__
 
-from ._op import register_after_torch, register_torch_ops  # noqa: E402 - after the op modules they register
+from ._torch_ops import register_after_torch, register_torch_ops  # noqa: E402 - after the op modules they register
 
 if "torch" in sys.modules:
     register_torch_ops()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _describe, _library, _op, _shipped, _toolchain, _tuned
+from . import _describe, _library, _registry, _shipped, _toolchain, _tuned
 from ._describe import ARCHS, Target
 
 
@@ -20,7 +20,7 @@ def describe_op(name: str, t: Target) -> None:
     import torch
 
     with _describe.describe(t):
-        _op.ops()[name].shipped(torch.device("meta"))
+        _registry.ops()[name].shipped(torch.device("meta"))
 
 
 def build(out: Path, archs: Sequence[str], jobs: int) -> dict[str, Any]:
@@ -35,8 +35,8 @@ def build(out: Path, archs: Sequence[str], jobs: int) -> dict[str, Any]:
     for arch in archs:
         if arch not in ARCHS:
             raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(ARCHS)}")
-        for target in _tuned.describe_targets(arch, ARCHS[arch], list(_op.tunings())):
-            for name in _op.ops():
+        for target in _tuned.describe_targets(arch, ARCHS[arch], list(_registry.tunings())):
+            for name in _registry.ops():
                 describe_op(name, target)
     written = _library.ffi().new("int32_t *")
     status = lib.cutile_shipped_build(str(out).encode(), jobs, written)
@@ -49,7 +49,7 @@ def build(out: Path, archs: Sequence[str], jobs: int) -> dict[str, Any]:
         "library_fingerprint": _library.manifest().FINGERPRINT,
         "toolchain": toolchain.versions,
         "archs": {arch: len(names) for arch, names in files.items()},
-        "ops": sorted(_op.ops()),
+        "ops": sorted(_registry.ops()),
         "build_seconds": round(time.monotonic() - started, 1),
         "sha256": {f"{arch}/{name}": _shipped.sha256(out / arch / name) for arch, names in files.items() for name in names},
     }

@@ -32,9 +32,9 @@ def warmup(
     """
     import torch
 
-    from . import _cache, _library, _op
+    from . import _cache, _library, _registry
 
-    specs = _op.ops()
+    specs = _registry.ops()
     names = list(specs) if ops is None else list(ops)
     unknown = [n for n in names if n not in specs]
     if unknown:

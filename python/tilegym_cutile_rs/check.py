@@ -101,11 +101,11 @@ def check_library() -> list[Result]:
     lib = _library.library()  # raises LibraryError / ABIMismatchError / StaleLibraryError
     man = _library.manifest()
     fp = _library.ffi().string(lib.cutile_abi_fingerprint()).decode()
-    from . import _op
+    from . import _registry
 
     missing = [f for f in man.FUNCTIONS if not hasattr(lib, f)]
     ops = _library.ops()
-    python_ops = list(_op.ops())
+    python_ops = list(_registry.ops())
     results = [Result("library", "ok", f"{path}, fingerprint {fp[:16]} matches the cdef manifest")]
     reinstall = "reinstall: pip install --force-reinstall tilegym-cutile-rs"
     if missing:
@@ -226,17 +226,17 @@ def check_toolchain(report: Report) -> list[Result]:
 
 def check_smoke(report: Report) -> list[Result]:
     """Every op's own smoke test (`OP.smoke`) on each GPU, in one subprocess per GPU."""
-    from . import _op
+    from . import _registry
 
-    names = list(_op.ops())
+    names = list(_registry.ops())
     out = []
     for gpu in report.gpus:
         i = gpu["index"]
         rc, text = _subprocess(
             f"""
             import json, torch
-            from tilegym_cutile_rs import _op
-            for name, spec in _op.ops().items():
+            from tilegym_cutile_rs import _registry
+            for name, spec in _registry.ops().items():
                 try:
                     print(json.dumps([name, True, spec.smoke(torch.device("cuda:{i}"))]), flush=True)
                 except Exception as exc:

@@ -29,10 +29,10 @@ _registered: list[str] | None = None
 
 def provided_ops() -> dict[str, Callable[..., Any]]:
     """TileGym op name -> our implementation, from every op's `OP.tilegym`."""
-    from . import _op
+    from . import _registry
 
     found: dict[str, Callable[..., Any]] = {}
-    for spec in _op.ops().values():
+    for spec in _registry.ops().values():
         found.update(spec.tilegym)
     return found
 

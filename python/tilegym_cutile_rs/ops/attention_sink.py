@@ -9,7 +9,7 @@ import math
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _describe, _device, _op, _tuned
+from .. import _choice, _describe, _device, _op, _registry, _torch_ops, _tuned
 
 if TYPE_CHECKING:
     import torch
@@ -152,7 +152,7 @@ def attention_sink_candidates(
 plans = _op.Plans("attention_sink", EXPORT)
 # A plan's args: scale, window, group, head_dim, then the config's fields.
 _PLAN_SPLITS = 4 + AttentionSinkConfig._fields.index("splits")
-chooser = _op.Chooser("attention_sink", AttentionSinkConfig, plans)
+chooser = _choice.Chooser("attention_sink", AttentionSinkConfig, plans)
 
 # Small constant device tensors the kernels read (start_q given as an int; fmha's absent
 # sinks), made once per (device, length, value, dtype) outside a graph capture, so a repeated
@@ -287,7 +287,7 @@ def _choose(
     scale: float, index: int, config: Any, autotune: bool,
 ) -> AttentionSinkConfig:
     if config is not None:
-        return _op.check_config(config, AttentionSinkConfig)
+        return _choice.check_config(config, AttentionSinkConfig)
     b, s_q, s_kv, h_kv, group, d = dims
     sms = _device.sm_count(index)
     problem = (index, q3.dtype, b, s_q, s_kv, h_kv, group, d, window)
@@ -462,8 +462,8 @@ def attention_sink(
     """
     import torch
 
-    if _op.is_compiling():
-        return _traced(_op.torch_ops(), query, key, value, sinks, sm_scale, sliding_window, start_q, config)
+    if _torch_ops.is_compiling():
+        return _traced(_torch_ops.torch_ops(), query, key, value, sinks, sm_scale, sliding_window, start_q, config)
     window = _window(sliding_window)
     scale = float(sm_scale) * LOG2E
     if config is None and not autotune:
@@ -485,8 +485,8 @@ def attention_sink(
             plan.run(out.data_ptr(), query.data_ptr(), key.data_ptr(), value.data_ptr(), sinks.data_ptr(),
                      start.data_ptr(), acc.data_ptr(), ml.data_ptr())  # fmt: skip
             return out
-    if _op.fake(query, key, value, sinks, start_q):
-        return _traced(_op.register_torch_ops(), query, key, value, sinks, sm_scale, sliding_window, start_q, config)
+    if _torch_ops.fake(query, key, value, sinks, start_q):
+        return _traced(_torch_ops.register_torch_ops(), query, key, value, sinks, sm_scale, sliding_window, start_q, config)
     dims = _check(query, key, value, sinks)
     if not math.isfinite(scale):
         raise ValueError(f"sm_scale = {sm_scale}: must be finite")
@@ -703,16 +703,16 @@ def _fake_attention_sink(
 
 _SCHEMA = "(Tensor query, Tensor key, Tensor value, Tensor sinks, float sm_scale, int sliding_window, {} start_q, int[] config) -> Tensor"
 TORCH_OPS = (
-    _op.TorchOp(
+    _registry.TorchOp(
         "attention_sink", _SCHEMA.format("int"), _op_attention_sink, _fake_attention_sink,
-        example=lambda d: (_op.sample(d, 2, 33, 2, 4, 64), _op.sample(d, 2, 40, 2, 64), _op.sample(d, 2, 40, 2, 64),
-                           _op.sample(d, 8, dtype="float32"), 0.125, 16, 7, []),
+        example=lambda d: (_torch_ops.sample(d, 2, 33, 2, 4, 64), _torch_ops.sample(d, 2, 40, 2, 64), _torch_ops.sample(d, 2, 40, 2, 64),
+                           _torch_ops.sample(d, 8, dtype="float32"), 0.125, 16, 7, []),
     ),
-    _op.TorchOp(
+    _registry.TorchOp(
         "attention_sink.start_tensor", _SCHEMA.format("Tensor"), _op_attention_sink, _fake_attention_sink,
         # decode: one query at position 49 of a 50-key cache, the position a device tensor
-        example=lambda d: (_op.sample(d, 1, 1, 2, 4, 64), _op.sample(d, 1, 50, 2, 64), _op.sample(d, 1, 50, 2, 64),
-                           _op.sample(d, 8), 0.125, 0, _op.int32_tensor(d, 49), []),
+        example=lambda d: (_torch_ops.sample(d, 1, 1, 2, 4, 64), _torch_ops.sample(d, 1, 50, 2, 64), _torch_ops.sample(d, 1, 50, 2, 64),
+                           _torch_ops.sample(d, 8), 0.125, 0, _torch_ops.int32_tensor(d, 49), []),
     ),
 )
 
@@ -866,7 +866,7 @@ TUNINGS = [
     )
 ]
 
-OP = _op.OpSpec(
+OP = _registry.OpSpec(
     "attention_sink",
     tilegym={
         "attention_sink": _tilegym_attention_sink,

@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _device, _op, _tuned
+from .. import _choice, _device, _op, _registry, _torch_ops, _tuned
 
 if TYPE_CHECKING:
     import torch
@@ -99,7 +99,7 @@ def matmul_candidates(
     return sorted(configs)
 
 
-chooser = _op.Chooser("matmul", MatmulConfig)
+chooser = _choice.Chooser("matmul", MatmulConfig)
 
 
 def _arch(index: int) -> str:
@@ -169,7 +169,7 @@ def _product(
     index = _op.device_index(a3)
     arch = _arch(index)
     if config is not None:
-        chosen = _op.check_config(config, MatmulConfig)
+        chosen = _choice.check_config(config, MatmulConfig)
     else:
 
         def tuner() -> Any:
@@ -278,7 +278,7 @@ def matmul(
     the same kernels. `config=MatmulConfig(...)` or `autotune=True` as for softmax.
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.matmul.
     """
-    traced = _op.traced_or_fake(a, b)
+    traced = _torch_ops.traced_or_fake(a, b)
     if traced is not None:
         result: torch.Tensor = traced.matmul(a, b, list(config or ()))
         return result
@@ -291,7 +291,7 @@ def bmm(
 ) -> torch.Tensor:
     """a[i] · b[i] for 3-D a `[B, M, K]` and b `[B, K, N]`; otherwise as `matmul`
     (traced: torch.ops.tilegym_cutile_rs.bmm)."""
-    traced = _op.traced_or_fake(a, b)
+    traced = _torch_ops.traced_or_fake(a, b)
     if traced is not None:
         result: torch.Tensor = traced.bmm(a, b, list(config or ()))
         return result
@@ -323,7 +323,7 @@ def _tilegym_matmul(
     _op.ignore_kwargs("matmul", kwargs, _TILEGYM_KWARGS)
     _require_tensors("matmul", a, b)
     a2, b2 = (a.t() if trans_a else a), (b.t() if trans_b else b)
-    traced = _op.traced_or_fake(a2, b2)
+    traced = _torch_ops.traced_or_fake(a2, b2)
     if traced is not None:  # traced: the kernel choice is the heuristic's
         result: torch.Tensor = traced.matmul(a2, b2, [])
         return result
@@ -344,7 +344,7 @@ def _tilegym_bmm(
     _op.ignore_kwargs("bmm", kwargs, _TILEGYM_KWARGS)
     _require_tensors("bmm", a, b)
     a3, b3 = (a.transpose(-1, -2) if transpose_a else a), (b.transpose(-1, -2) if transpose_b else b)
-    traced = _op.traced_or_fake(a3, b3)
+    traced = _torch_ops.traced_or_fake(a3, b3)
     if traced is not None:
         result: torch.Tensor = traced.bmm(a3, b3, [])
         return result
@@ -409,22 +409,22 @@ def _setup_product(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> N
 def _backward_product(ctx: Any, dc: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
     """dA = dC · Bᵀ and dB = Aᵀ · dC through the same operator, the transposes as views."""
     a, b = ctx.saved_tensors
-    product = _op.torch_ops().matmul if a.dim() == 2 else _op.torch_ops().bmm
+    product = _torch_ops.torch_ops().matmul if a.dim() == 2 else _torch_ops.torch_ops().bmm
     da = product(dc, b.transpose(-1, -2), []) if ctx.needs_input_grad[0] else None
     db = product(a.transpose(-1, -2), dc, []) if ctx.needs_input_grad[1] else None
     return da, db, None
 
 
 TORCH_OPS = (
-    _op.TorchOp(
+    _registry.TorchOp(
         "matmul", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_matmul, _fake_product("matmul", 2),
         _backward_product, _setup_product,
         # b column-major (a transposed view), read in place
-        example=lambda d: (_op.sample(d, 128, 64, grad=True), _op.sample(d, 96, 64).t().requires_grad_(), []),
+        example=lambda d: (_torch_ops.sample(d, 128, 64, grad=True), _torch_ops.sample(d, 96, 64).t().requires_grad_(), []),
     ),
-    _op.TorchOp(
+    _registry.TorchOp(
         "bmm", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_bmm, _fake_product("bmm", 3), _backward_product, _setup_product,
-        example=lambda d: (_op.sample(d, 2, 64, 32, grad=True), _op.sample(d, 2, 32, 48, grad=True), []),
+        example=lambda d: (_torch_ops.sample(d, 2, 64, 32, grad=True), _torch_ops.sample(d, 2, 32, 48, grad=True), []),
     ),
 )
 
@@ -533,7 +533,7 @@ TUNINGS = [
     )
 ]
 
-OP = _op.OpSpec(
+OP = _registry.OpSpec(
     "matmul", tilegym={"matmul": _tilegym_matmul, "bmm": _tilegym_bmm}, warmup=_warmup, smoke=_smoke, shipped=_shipped,
     torch_ops=TORCH_OPS, tunings=TUNINGS, warms_up=lambda shape, dtype: len(shape) in (2, 3),
 )

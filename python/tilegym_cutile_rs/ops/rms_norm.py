@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _device, _op, _tuned
+from .. import _choice, _device, _op, _registry, _torch_ops, _tuned
 
 if TYPE_CHECKING:
     import torch
@@ -108,8 +108,8 @@ def _check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: flo
     _check_scalars(eps, offset)
 
 
-forward_chooser = _op.Chooser("rms_norm", RmsNormConfig)
-backward_chooser = _op.Chooser("rms_norm backward", RmsNormConfig)
+forward_chooser = _choice.Chooser("rms_norm", RmsNormConfig)
+backward_chooser = _choice.Chooser("rms_norm backward", RmsNormConfig)
 
 
 def _config(x2: torch.Tensor, config: Any, index: int, backward: bool = False, autotune: bool = False) -> RmsNormConfig:
@@ -117,7 +117,7 @@ def _config(x2: torch.Tensor, config: Any, index: int, backward: bool = False, a
     else the chooser's (autotuned where asked), memoised per problem (a table lookup reads the
     device's name and searches the entries, too slow for every call of a launch-bound row)."""
     if config is not None:
-        return _op.check_config(config, RmsNormConfig)
+        return _choice.check_config(config, RmsNormConfig)
     m, n = x2.shape
     problem = _tuned.problem(x2.dtype, m, n)
     kernel = "rms_norm_backward" if backward else "rms_norm"
@@ -229,13 +229,13 @@ def rms_norm(
     saved). `config=RmsNormConfig(block_m, occupancy, warps)` overrides the rule.
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.rms_norm.
     """
-    if _op.is_compiling():
-        result: torch.Tensor = _op.torch_ops().rms_norm(x, weight, float(eps), float(offset), list(config or ()))
+    if _torch_ops.is_compiling():
+        result: torch.Tensor = _torch_ops.torch_ops().rms_norm(x, weight, float(eps), float(offset), list(config or ()))
         return result
     import torch
 
-    if _op.fake(x, weight):
-        on_fake: torch.Tensor = _op.register_torch_ops().rms_norm(x, weight, float(eps), float(offset), list(config or ()))
+    if _torch_ops.fake(x, weight):
+        on_fake: torch.Tensor = _torch_ops.register_torch_ops().rms_norm(x, weight, float(eps), float(offset), list(config or ()))
         return on_fake
     _check_inputs(x, weight, eps, offset)
     w = weight if weight.dtype == x.dtype else weight.to(x.dtype)
@@ -331,7 +331,7 @@ def _setup_rms_norm(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> 
 
 def _backward_rms_norm(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None, None]:
     x, weight = ctx.saved_tensors
-    dx, dw = _op.torch_ops().rms_norm_backward(dy, x, weight, ctx.eps, ctx.offset)
+    dx, dw = _torch_ops.torch_ops().rms_norm_backward(dy, x, weight, ctx.eps, ctx.offset)
     return dx, dw, None, None, None
 
 
@@ -350,15 +350,15 @@ def _fake_rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Ten
 
 
 TORCH_OPS = (
-    _op.TorchOp(
+    _registry.TorchOp(
         "rms_norm", "(Tensor x, Tensor weight, float eps, float offset, int[] config) -> Tensor", _op_rms_norm,
         _fake_rms_norm, _backward_rms_norm, _setup_rms_norm,
-        example=lambda d: (_op.sample(d, 4, 8, 1000, grad=True), _op.sample(d, 1000, grad=True), 1e-6, 0.0, []),
+        example=lambda d: (_torch_ops.sample(d, 4, 8, 1000, grad=True), _torch_ops.sample(d, 1000, grad=True), 1e-6, 0.0, []),
     ),
-    _op.TorchOp(
+    _registry.TorchOp(
         "rms_norm_backward", "(Tensor dy, Tensor x, Tensor weight, float eps, float offset) -> (Tensor, Tensor)",
         _op_rms_norm_backward, _fake_rms_norm_backward,
-        example=lambda d: (_op.sample(d, 32, 4096), _op.sample(d, 32, 4096), _op.sample(d, 4096, dtype="float32"), 1e-5, 1.0),
+        example=lambda d: (_torch_ops.sample(d, 32, 4096), _torch_ops.sample(d, 32, 4096), _torch_ops.sample(d, 4096, dtype="float32"), 1e-5, 1.0),
     ),
 )
 
@@ -489,7 +489,7 @@ def _tuning(name: str, bench: Any, planes: int) -> _tuned.Tuning:
 
 TUNINGS = [_tuning("rms_norm", _tuning_bench, 2), _tuning("rms_norm_backward", _tuning_bench_backward, 3)]
 
-OP = _op.OpSpec(
+OP = _registry.OpSpec(
     "rms_norm",
     tilegym={"rms_norm": _tilegym_rms_norm, "get_rms_norm_module": _tilegym_get_rms_norm_module},
     warmup=_warmup,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _device, _op, _tuned
+from .. import _choice, _device, _op, _registry, _torch_ops, _tuned
 
 if TYPE_CHECKING:
     import torch
@@ -52,13 +52,13 @@ def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Prob
     return config if tuple(problem[2:]) == tuple(fitted[2:]) else None
 
 
-chooser = _op.Chooser("rope", RopeConfig)
+chooser = _choice.Chooser("rope", RopeConfig)
 
 
 def _config(q: torch.Tensor, k: torch.Tensor, half: int, config: Any, index: int) -> RopeConfig:
     """An explicit config, else the chooser's (memoised per problem: the per-call fast path)."""
     if config is not None:
-        return _op.check_config(config, RopeConfig)
+        return _choice.check_config(config, RopeConfig)
     b, hq, s, d = q.shape
     problem = _tuned.problem(q.dtype, b * s, hq, k.shape[1], d, half)
     return chooser.choose(
@@ -212,7 +212,7 @@ def rope(
     if q.dim() != 4 or k.dim() != 4:
         raise ValueError(f"rope takes q and k as [batch, heads, seq, head_dim]; got {tuple(q.shape)} and {tuple(k.shape)}")
     half = _half(q.shape[-1], rotary_dim)
-    traced = _op.traced_or_fake(q, k, cos, sin)
+    traced = _torch_ops.traced_or_fake(q, k, cos, sin)
     if traced is not None:
         q_out, k_out = traced.rope(q, k, cos, sin, half)
         return q_out, k_out
@@ -223,7 +223,7 @@ def rope(
     if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
         raise NotImplementedError("rope computes no gradient for cos and sin; pass them detached (transformers' tables are buffers)")
     if config is not None:
-        config = _op.check_config(config, RopeConfig)
+        config = _choice.check_config(config, RopeConfig)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
         q_out, k_out = _autograd_function().apply(q, k, cos3, sin3, half, config)
         return q_out, k_out
@@ -304,7 +304,7 @@ def _setup_rope(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _backward_rope(ctx: Any, dq: torch.Tensor, dk: torch.Tensor) -> tuple[Any, ...]:
     cos, sin = ctx.saved_tensors
-    dq_in, dk_in = _op.torch_ops().rope_backward(dq, dk, cos, sin, ctx.half)
+    dq_in, dk_in = _torch_ops.torch_ops().rope_backward(dq, dk, cos, sin, ctx.half)
     return dq_in, dk_in, None, None, None
 
 
@@ -313,15 +313,15 @@ def _op_rope_backward(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor, sin
 
 
 TORCH_OPS = (
-    _op.TorchOp(
+    _registry.TorchOp(
         "rope", "(Tensor q, Tensor k, Tensor cos, Tensor sin, int half) -> (Tensor, Tensor)", _op_rope, _fake_rope,
         _backward_rope, _setup_rope,
-        example=lambda d: (_op.sample(d, 2, 8, 5, 64, grad=True), _op.sample(d, 2, 2, 5, 64, grad=True),
-                           _op.sample(d, 1, 5, 64), _op.sample(d, 1, 5, 64), 32),
+        example=lambda d: (_torch_ops.sample(d, 2, 8, 5, 64, grad=True), _torch_ops.sample(d, 2, 2, 5, 64, grad=True),
+                           _torch_ops.sample(d, 1, 5, 64), _torch_ops.sample(d, 1, 5, 64), 32),
     ),
-    _op.TorchOp(
+    _registry.TorchOp(
         "rope_backward", "(Tensor dq, Tensor dk, Tensor cos, Tensor sin, int half) -> (Tensor, Tensor)", _op_rope_backward, _fake_rope,
-        example=lambda d: (_op.sample(d, 2, 8, 5, 64), _op.sample(d, 2, 2, 5, 64), _op.sample(d, 2, 5, 64), _op.sample(d, 2, 5, 64), 32),
+        example=lambda d: (_torch_ops.sample(d, 2, 8, 5, 64), _torch_ops.sample(d, 2, 2, 5, 64), _torch_ops.sample(d, 2, 5, 64), _torch_ops.sample(d, 2, 5, 64), 32),
     ),
 )
 
@@ -419,7 +419,7 @@ TUNINGS = [
     )
 ]
 
-OP = _op.OpSpec(
+OP = _registry.OpSpec(
     "rope",
     tilegym={"apply_rope_base": _tilegym_apply_rope_base, "get_apply_rope_func": _tilegym_get_apply_rope_func},
     warmup=_warmup,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _device, _op, _tuned
+from .. import _choice, _device, _op, _registry, _torch_ops, _tuned
 
 if TYPE_CHECKING:
     import torch
@@ -73,15 +73,15 @@ def swiglu_candidates(m: int, h: int, dtype: torch.dtype) -> list[SwigluConfig]:
 
 
 forward_plans = _op.Plans("swiglu", FORWARD)
-chooser = _op.Chooser("swiglu", SwigluConfig, forward_plans)
-backward_chooser = _op.Chooser("swiglu backward", SwigluConfig)
+chooser = _choice.Chooser("swiglu", SwigluConfig, forward_plans)
+backward_chooser = _choice.Chooser("swiglu backward", SwigluConfig)
 
 
 def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool, backward: bool = False) -> SwigluConfig:
     """The forward kernel's config (or with `backward` the backward kernel's own: its tiles
     hold three inputs and two outputs, so the forward's fitted tiles are not its best)."""
     if config is not None:
-        return _op.check_config(config, SwigluConfig)
+        return _choice.check_config(config, SwigluConfig)
     m, h = a2.shape
 
     def tuner() -> Any:
@@ -255,8 +255,8 @@ def swiglu(
     `config=SwigluConfig(block_m, block_n, occupancy, warps)` or `autotune=True` as for softmax.
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.swiglu.
     """
-    if _op.is_compiling():
-        result: torch.Tensor = _op.torch_ops().swiglu(a, b, list(config or ()))
+    if _torch_ops.is_compiling():
+        result: torch.Tensor = _torch_ops.torch_ops().swiglu(a, b, list(config or ()))
         return result
     if not (autotune or config is not None):
         # The per-call fast path: plain tensors of a layout seen before on this thread, no autograd.
@@ -273,8 +273,8 @@ def swiglu(
             return y
     import torch
 
-    if _op.fake(a, b):
-        on_fake: torch.Tensor = _op.register_torch_ops().swiglu(a, b, list(config or ()))
+    if _torch_ops.fake(a, b):
+        on_fake: torch.Tensor = _torch_ops.register_torch_ops().swiglu(a, b, list(config or ()))
         return on_fake
     _check_inputs("swiglu", a, b)
     if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
@@ -322,9 +322,9 @@ def silu_and_mul(
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.silu_and_mul,
     and silu_and_mul_out with out=.
     """
-    traced = _op.traced()
-    if traced is None and _op.fake(x, out):
-        traced = _op.register_torch_ops()
+    traced = _torch_ops.traced()
+    if traced is None and _torch_ops.fake(x, out):
+        traced = _torch_ops.register_torch_ops()
     if traced is not None:
         if out is None:
             result: torch.Tensor = traced.silu_and_mul(x, list(config or ()))
@@ -466,7 +466,7 @@ def _setup_swiglu(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> No
 
 def _backward_swiglu(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
     a, b = ctx.saved_tensors
-    da, db = _op.torch_ops().swiglu_backward(dy, a, b)  # one stacked tensor: outputs may not alias
+    da, db = _torch_ops.torch_ops().swiglu_backward(dy, a, b)  # one stacked tensor: outputs may not alias
     return da, db, None
 
 
@@ -527,7 +527,7 @@ def _setup_silu_and_mul(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor)
 
 def _backward_silu_and_mul(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None]:
     (x,) = ctx.saved_tensors
-    return _op.torch_ops().silu_and_mul_backward(dy, x), None
+    return _torch_ops.torch_ops().silu_and_mul_backward(dy, x), None
 
 
 def _op_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -544,26 +544,26 @@ def _fake_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tens
 
 
 TORCH_OPS = (
-    _op.TorchOp(
+    _registry.TorchOp(
         "swiglu", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_swiglu, _fake_swiglu, _backward_swiglu, _setup_swiglu,
-        example=lambda d: (_op.sample(d, 4, 8, 256, grad=True), _op.sample(d, 4, 8, 256, grad=True), []),
+        example=lambda d: (_torch_ops.sample(d, 4, 8, 256, grad=True), _torch_ops.sample(d, 4, 8, 256, grad=True), []),
     ),
-    _op.TorchOp(
+    _registry.TorchOp(
         "swiglu_backward", "(Tensor dy, Tensor a, Tensor b) -> Tensor", _op_swiglu_backward, _fake_swiglu_backward,
-        example=lambda d: (_op.sample(d, 32, 256), _op.sample(d, 32, 256), _op.sample(d, 32, 256)),
+        example=lambda d: (_torch_ops.sample(d, 32, 256), _torch_ops.sample(d, 32, 256), _torch_ops.sample(d, 32, 256)),
     ),
-    _op.TorchOp(
+    _registry.TorchOp(
         "silu_and_mul", "(Tensor x, int[] config) -> Tensor", _op_silu_and_mul, _fake_silu_and_mul,
         _backward_silu_and_mul, _setup_silu_and_mul,
-        example=lambda d: (_op.sample(d, 64, 2000, dtype="float32", grad=True), []),
+        example=lambda d: (_torch_ops.sample(d, 64, 2000, dtype="float32", grad=True), []),
     ),
-    _op.TorchOp(
+    _registry.TorchOp(
         "silu_and_mul_out", "(Tensor x, Tensor(a!) out, int[] config) -> ()", _op_silu_and_mul_out, _fake_silu_and_mul_out,
-        example=lambda d: (_op.sample(d, 64, 512), _op.sample(d, 64, 256), []),
+        example=lambda d: (_torch_ops.sample(d, 64, 512), _torch_ops.sample(d, 64, 256), []),
     ),
-    _op.TorchOp(
+    _registry.TorchOp(
         "silu_and_mul_backward", "(Tensor dy, Tensor x) -> Tensor", _op_silu_and_mul_backward, _fake_silu_and_mul_backward,
-        example=lambda d: (_op.sample(d, 64, 256), _op.sample(d, 64, 512)),
+        example=lambda d: (_torch_ops.sample(d, 64, 256), _torch_ops.sample(d, 64, 512)),
     ),
 )
 
@@ -676,7 +676,7 @@ def _tuning(name: str, bench: Any, planes: int) -> _tuned.Tuning:
 
 TUNINGS = [_tuning("swiglu", _tuning_bench, 3), _tuning("swiglu_backward", _tuning_bench_backward, 5)]
 
-OP = _op.OpSpec(
+OP = _registry.OpSpec(
     "swiglu",
     tilegym={"silu_and_mul": _tilegym_silu_and_mul, "get_swiglu": _tilegym_get_swiglu, "get_swiglu_module": _tilegym_get_swiglu_module},
     warmup=_warmup,

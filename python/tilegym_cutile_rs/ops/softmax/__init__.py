@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from ... import _device, _op, _tuned
+from ... import _choice, _device, _op, _registry, _torch_ops, _tuned
 from .heuristic import SoftmaxConfig, adapt_fitted, row_family, shape_class, softmax_candidates, softmax_config, softmax_rule
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ SUPPORTED = ("float32", "float16", "bfloat16")
 EXPORT = "cutile_softmax"
 
 plans = _op.Plans("softmax", EXPORT)
-chooser = _op.Chooser("softmax", SoftmaxConfig, plans)
+chooser = _choice.Chooser("softmax", SoftmaxConfig, plans)
 
 
 def _launch(x2: torch.Tensor, y2: torch.Tensor, config: SoftmaxConfig, index: int) -> None:
@@ -65,7 +65,7 @@ def _forward(x: torch.Tensor, dim: int, config: Any, autotune: bool, plan_key: t
     y2 = torch.empty((m, n), dtype=x.dtype, device=x.device)
     index = _op.device_index(x)
     _device.prepare(index)
-    config = _choose(x2, index, autotune) if config is None else _op.check_config(config, SoftmaxConfig)
+    config = _choose(x2, index, autotune) if config is None else _choice.check_config(config, SoftmaxConfig)
     _launch(x2, y2, config, index)
     if plan_key is not None and dim == ndim - 1 and x.dim() > 0 and x2.data_ptr() == x.data_ptr():
         plans.make(plan_key, (x2, y2), tuple(config), index, dense=x.is_contiguous())
@@ -135,8 +135,8 @@ def softmax(
     Gradients flow (backward computed by torch). Under torch.compile and torch.export, and
     for fake tensors, the call is the operator torch.ops.tilegym_cutile_rs.softmax.
     """
-    if _op.is_compiling():
-        result: torch.Tensor = _op.torch_ops().softmax(x, dim, list(config or ()))
+    if _torch_ops.is_compiling():
+        result: torch.Tensor = _torch_ops.torch_ops().softmax(x, dim, list(config or ()))
         return result
     plan_key = None
     if config is None and not autotune:
@@ -158,8 +158,8 @@ def softmax(
                 return y
     import torch
 
-    if _op.fake(x):
-        on_fake: torch.Tensor = _op.register_torch_ops().softmax(x, dim, list(config or ()))
+    if _torch_ops.fake(x):
+        on_fake: torch.Tensor = _torch_ops.register_torch_ops().softmax(x, dim, list(config or ()))
         return on_fake
     if type(x) is not torch.Tensor:
         plan_key = None  # plans are for plain tensors only
@@ -262,9 +262,9 @@ def _backward_softmax(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None, N
 
 
 TORCH_OPS = (
-    _op.TorchOp(
+    _registry.TorchOp(
         "softmax", "(Tensor x, int dim, int[] config) -> Tensor", _op_softmax, _fake_softmax, _backward_softmax, _setup_softmax,
-        example=lambda d: (_op.sample(d, 64, 1000, dtype="float32", grad=True), -1, []), torch_gradient=True,
+        example=lambda d: (_torch_ops.sample(d, 64, 1000, dtype="float32", grad=True), -1, []), torch_gradient=True,
     ),
 )
 
@@ -300,7 +300,7 @@ TUNINGS = [
     )
 ]
 
-OP = _op.OpSpec(
+OP = _registry.OpSpec(
     "softmax", tilegym={"softmax": _tilegym_softmax}, warmup=_warmup, smoke=_smoke, shipped=_shipped, torch_ops=TORCH_OPS,
     tunings=TUNINGS,
 )
