@@ -71,6 +71,23 @@ def test_every_head_block_and_hint_agrees(dtype: torch.dtype, hq: int, hk: int) 
             torch.testing.assert_close(g.float(), x.float(), **TOL[dtype])
 
 
+def test_repeated_calls_read_their_own_data() -> None:
+    """The fast path (a call seen before reuses its descriptors) rotates each call's own
+    tensors, hands over to autograd when gradients are asked for, and is not taken for
+    tables that need a cast."""
+    torch.manual_seed(0)
+    cos, sin = tables(2, 7, 64, torch.bfloat16)
+    for i in range(4):
+        q = torch.randn(2, 7, 8, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        k = torch.randn(2, 7, 2, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        c, s_ = (cos.float(), sin.float()) if i == 3 else (cos, sin)  # float32 tables: cast per call
+        for got, want in zip(tilegym_cutile_rs.rope(q, k, c, s_), rp.reference(q, k, cos, sin), strict=True):
+            torch.testing.assert_close(got, want, **TOL[torch.bfloat16])
+    qg = q.detach().requires_grad_(True)
+    qo, ko = tilegym_cutile_rs.rope(qg, k, cos, sin)
+    assert qo.grad_fn is not None and ko.grad_fn is not None
+
+
 def test_gpt_oss_half_tables_shared_tables_and_a_partial_factor() -> None:
     q, k = torch.randn(2, 64, 7, 64, device="cuda"), torch.randn(2, 8, 7, 64, device="cuda")
     cos, sin = tables(2, 7, 64, torch.float32, half_only=True)  # [B, S, D/2]

@@ -130,13 +130,15 @@ def _unit_last(t: torch.Tensor) -> torch.Tensor:
 
 
 def _launch(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int, sign: float,
-            config: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+            config: Any = None, call_key: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel on fresh outputs; `call_key`: the public call's key, under which the launch's
+    plan is also kept (rope's fast path), where q, k, cos and sin are the call's own tensors."""
     q, k = _unit_last(q), _unit_last(k)
     q_out, k_out = _outputs(q, k)
     if q.numel() or k.numel():
         index = _op.device_index(q)
         _device.prepare(index)
-        _launch_into(q_out, k_out, q, k, cos, sin, half, sign, _config(q, k, half, config, index), index)
+        _launch_into(q_out, k_out, q, k, cos, sin, half, sign, _config(q, k, half, config, index), index, call_key)
     return q_out, k_out
 
 
@@ -144,7 +146,7 @@ plans = _op.Plans("rope", EXPORT)
 
 
 def _launch_into(q_out: torch.Tensor, k_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                 half: int, sign: float, config: tuple[int, ...], index: int) -> None:
+                 half: int, sign: float, config: tuple[int, ...], index: int, call_key: Any = None) -> None:
     """The kernel on q_out and k_out (as `_outputs` makes them). A launch seen before on this
     thread (every view's shape and strides, the scalars and config) reuses its descriptors:
     a decode step's rope is launch-bound."""
@@ -160,7 +162,8 @@ def _launch_into(q_out: torch.Tensor, k_out: torch.Tensor, q: torch.Tensor, k: t
     scalars = (sign, half, _op.next_pow2(hq), _op.next_pow2(k.shape[1]), head_block, occupancy, warps)
     _op.call("rope", EXPORT, (*_op.tensor_descs(*views, q, k, cos, sin), *scalars), index,
              ("rope", q.dtype, tuple(q.shape), "half", half, "config", tuple(config)))
-    plans.make(key, (*views, q, k, cos, sin), scalars, index, dense=False)
+    for plan_key in (key, call_key) if call_key is not None else (key,):
+        plans.make(plan_key, (*views, q, k, cos, sin), scalars, index, dense=False)
 
 
 @functools.cache
@@ -205,6 +208,25 @@ def rope(
     both ways.
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.rope.
     """
+    call_key = None
+    if config is None and not _torch_ops.is_compiling():
+        # The per-call fast path: plain tensors, on their devices, of a call seen before on this
+        # thread (every shape, stride and dtype), none asking for gradients: the launch's
+        # descriptors are reused and only the data pointers change.
+        try:
+            call_key = ("call", rotary_dim, *((t.shape, t.stride(), t.dtype, t.get_device()) for t in (q, k, cos, sin)))
+        except (AttributeError, TypeError):
+            pass  # not tensors: the checks below say what is wrong
+        else:
+            plan = plans.get(call_key)
+            if (
+                plan is not None
+                and type(q) is type(k) is type(cos) is type(sin) is plan.torch.Tensor  # a subclass dispatches
+                and not (plan.torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or cos.requires_grad or sin.requires_grad))
+            ):
+                q_out, k_out = _outputs(q, k)
+                plan.run(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(), cos.data_ptr(), sin.data_ptr())
+                return q_out, k_out
     import torch
 
     if not all(isinstance(t, torch.Tensor) for t in (q, k, cos, sin)):
@@ -227,7 +249,10 @@ def rope(
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
         q_out, k_out = _autograd_function().apply(q, k, cos3, sin3, half, config)
         return q_out, k_out
-    return _launch(q, k, cos3, sin3, half, 1.0, config)
+    # The fast path may serve this call's repeats where the kernel reads the call's own tensors.
+    own = all(type(t) is torch.Tensor for t in (q, k, cos, sin)) and cos3.data_ptr() == cos.data_ptr() and sin3.data_ptr() == sin.data_ptr()
+    own = own and all(t.shape[-1] <= 1 or t.stride(-1) == 1 for t in (q, k))
+    return _launch(q, k, cos3, sin3, half, 1.0, config, call_key if own else None)
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
