@@ -131,3 +131,28 @@ def test_tilegym_fmha_refuses_what_it_cannot_run_with_the_fix() -> None:
         at._fmha(torch.empty(1, 8, 9, 64, device="meta"), k, k, None, True)
     with pytest.raises(ValueError, match=r"\[batch, heads, seq, head_dim\]"):
         at._fmha(torch.empty(8, 9, 64, device="meta"), k, k, None, True)
+
+
+@pytest.mark.parametrize("start_q", [7, "tensor"])
+def test_a_traced_training_step_runs_the_training_operators(start_q) -> None:  # type: ignore[no-untyped-def]
+    """Traced with inputs that require grad (torch.compile's and torch.export's view, on fake
+    tensors), attention_sink is the training operator and its gradient our backward operator,
+    not a forward-only operator autograd cannot see through."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    tilegym_cutile_rs.register_torch_ops()
+
+    def step(q, k, v, s, start):  # type: ignore[no-untyped-def]
+        out = tilegym_cutile_rs.attention_sink(q, k, v, s, 0.125, 16, start)
+        return torch.autograd.grad(out.float().square().sum(), (q, k, v, s))
+
+    meta = dict(device="meta", requires_grad=True)
+    args = (torch.empty(2, 33, 2, 4, 64, dtype=torch.bfloat16, **meta), torch.empty(2, 40, 2, 64, dtype=torch.bfloat16, **meta),
+            torch.empty(2, 40, 2, 64, dtype=torch.bfloat16, **meta), torch.empty(8, **meta),
+            torch.zeros(1, dtype=torch.int32, device="meta") if start_q == "tensor" else start_q)
+    gm = make_fx(step, tracing_mode="fake")(*args)
+    called = [str(n.target) for n in gm.graph.nodes if n.op == "call_function" and "tilegym_cutile_rs" in str(n.target)]
+    overload = "start_tensor" if start_q == "tensor" else "default"
+    assert called == [f"tilegym_cutile_rs.attention_sink_train.{overload}", f"tilegym_cutile_rs.attention_sink_backward.{overload}"], gm.code
+    grads = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    assert [tuple(g.meta["val"].shape) for g in grads] == [(2, 33, 2, 4, 64), (2, 40, 2, 64), (2, 40, 2, 64), (8,)]

@@ -375,45 +375,75 @@ def _prepared(
     return index, start, q3, k3, v3, _sinks(sinks, query.dtype), out
 
 
+def _train_forward(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor, scale: float, window: int, start_q: Any,
+    dims: tuple[int, ...],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training forward of a checked call: the output and each row's log2-sum-exp
+    (`[B, S_q, H]` float32), which the backward recomputes the weights from."""
+    import torch
+
+    b, s_q, _, h_kv, group, d = dims
+    index, start, q3, k3, v3, s, out = _prepared(query, key, value, sinks, start_q, dims)
+    lse = torch.empty((b, s_q, h_kv * group), dtype=torch.float32, device=query.device)
+    chosen = _choose(q3, k3, v3, s, dims, window, scale, index, None, False)
+    if b and s_q:
+        _launch_lse(out, lse, q3, k3, v3, s, start, scale, window, group, d, chosen._replace(splits=1), index)
+    return out, lse
+
+
+def _train_backward(
+    dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    sinks: torch.Tensor, scale: float, window: int, start_q: Any, dims: tuple[int, ...], want_dsinks: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """dq, dk, dv (query's and key's shapes) and, where wanted, dsinks (sinks' dtype) from the
+    training forward's output and lse: dq on the query side, dk and dv summed over each KV
+    head's query heads, the sinks' gradient summed from per-row terms."""
+    import torch
+
+    b, s_q, _, h_kv, group, d = dims
+    index = _op.device_index(query)
+    _device.prepare(index)
+    start = _start_q(start_q, key.shape[1], query.device)
+    q3, k3, v3 = _rows(query, b, s_q, h_kv * group * d), _rows(key, b, key.shape[1], h_kv * d), _rows(value, b, key.shape[1], h_kv * d)
+    s = _sinks(sinks, query.dtype)
+    width = h_kv * group * d
+    dout3 = _rows(dout.to(out.dtype), b, s_q, width)
+    dq, dk, dv = torch.empty_like(out), torch.empty_like(k3, memory_format=torch.contiguous_format), torch.empty_like(
+        v3, memory_format=torch.contiguous_format)
+    delta, dsink = torch.empty_like(lse), torch.empty_like(lse)
+    if b and s_q:
+        _launch_backward((dq, dk, dv, delta, dsink, dout3, lse), (out, q3, k3, v3, s, start), scale, window, group, d,
+                         attention_sink_backward_config(group, d), index)
+    else:
+        for t in (dk, dv, dsink):
+            t.zero_()
+    dsinks = dsink.sum((0, 1)).to(sinks.dtype) if want_dsinks else None
+    return dq.view(query.shape), dk.view(key.shape), dv.view(key.shape), dsinks
+
+
 @functools.cache
 def _autograd_function() -> Any:
     import torch
 
     class AttentionSink(torch.autograd.Function):
-        """Our kernels both ways: the forward saves each row's lse, the backward recomputes
-        the weights from it (dq; dk and dv summed over each KV head's query heads; the sinks'
-        gradient summed from per-row terms)."""
+        """Our kernels both ways (_train_forward, _train_backward)."""
 
         @staticmethod
         def forward(ctx: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor,
                     scale: float, window: int, start_q: Any, dims: tuple[int, ...]) -> torch.Tensor:
-            b, s_q, _, h_kv, group, d = dims  # attention_sink checked the call
-            index, start, q3, k3, v3, s, out = _prepared(query, key, value, sinks, start_q, dims)
-            lse = torch.empty((b, s_q, h_kv * group), dtype=torch.float32, device=query.device)
-            chosen = _choose(q3, k3, v3, s, dims, window, scale, index, None, False)
-            if b and s_q:
-                _launch_lse(out, lse, q3, k3, v3, s, start, scale, window, group, d, chosen._replace(splits=1), index)
-            ctx.save_for_backward(out, q3, k3, v3, s, start, lse)
-            ctx.call = (scale, window, group, d, index, query.shape, key.shape, sinks.dtype)
+            out, lse = _train_forward(query, key, value, sinks, scale, window, start_q, dims)
+            ctx.save_for_backward(query, key, value, sinks, out, lse)
+            ctx.call = (scale, window, start_q, dims)
             return out
 
         @staticmethod
         def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
-            out, q3, k3, v3, s, start, lse = ctx.saved_tensors
-            scale, window, group, d, index, q_shape, k_shape, sinks_dtype = ctx.call
-            b, s_q, width = out.shape
-            dout3 = _rows(dout.to(out.dtype), b, s_q, width)
-            dq, dk, dv = torch.empty_like(out), torch.empty_like(k3, memory_format=torch.contiguous_format), torch.empty_like(
-                v3, memory_format=torch.contiguous_format)
-            delta, dsink = torch.empty_like(lse), torch.empty_like(lse)
-            if b and s_q:
-                _launch_backward((dq, dk, dv, delta, dsink, dout3, lse), (out, q3, k3, v3, s, start), scale, window, group, d,
-                                 attention_sink_backward_config(group, d), index)
-            else:
-                for t in (dk, dv, dsink):
-                    t.zero_()
-            dsinks = dsink.sum((0, 1)).to(sinks_dtype) if ctx.needs_input_grad[3] else None
-            return dq.view(q_shape), dk.view(k_shape), dv.view(k_shape), dsinks, None, None, None, None
+            query, key, value, sinks, out, lse = ctx.saved_tensors
+            scale, window, start_q, dims = ctx.call
+            dq, dk, dv, dsinks = _train_backward(dout, out, lse, query, key, value, sinks, scale, window, start_q, dims,
+                                                 ctx.needs_input_grad[3])
+            return dq, dk, dv, dsinks, None, None, None, None
 
     return AttentionSink
 
@@ -458,7 +488,7 @@ def attention_sink(
     then saves each row's log2-sum-exp; `attention_sink_backward_config` picks the tiles).
     `config=AttentionSinkConfig(...)` or `autotune=True` as for softmax (forward only).
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.attention_sink,
-    forward only.
+    or where an input requires grad attention_sink_train, differentiated by attention_sink_backward.
     """
     import torch
 
@@ -670,10 +700,17 @@ def _smoke(device: torch.device) -> str:
 def _traced(
     ops: Any, query: Any, key: Any, value: Any, sinks: Any, sm_scale: float, sliding_window: Any, start_q: Any, config: Any
 ) -> torch.Tensor:
-    """The call as our torch operator (an int start_q and a tensor one are two overloads)."""
+    """The call as our torch operator (an int start_q and a tensor one are two overloads); where
+    an input requires grad, the training operator, whose autograd formula runs our backward."""
     import torch
 
     args = (query, key, value, sinks, float(sm_scale), _window(sliding_window))
+    overload = "start_tensor" if isinstance(start_q, torch.Tensor) else "default"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, sinks)):
+        if config:
+            raise ValueError("attention_sink with gradients takes its own tiles: pass no config and autotune=False")
+        trained: torch.Tensor = getattr(ops.attention_sink_train, overload)(*args, start_q)[0]
+        return trained
     if isinstance(start_q, torch.Tensor):
         out: torch.Tensor = ops.attention_sink.start_tensor(*args, start_q, list(config or ()))
     else:
@@ -701,7 +738,93 @@ def _fake_attention_sink(
     return torch.empty((b, s_q, h_kv * group * d), dtype=query.dtype, device=query.device)
 
 
+def _op_attention_sink_train(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor, sm_scale: float, sliding_window: int,
+    start_q: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    dims = _check(query, key, value, sinks)
+    return _train_forward(query, key, value, sinks, float(sm_scale) * LOG2E, _window(sliding_window or None), start_q, dims)
+
+
+def _fake_attention_sink_train(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor, sm_scale: float, sliding_window: int,
+    start_q: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    b, s_q, _, h_kv, group, d = _check_shapes(query, key, value, sinks)
+    return (torch.empty((b, s_q, h_kv * group * d), dtype=query.dtype, device=query.device),
+            torch.empty((b, s_q, h_kv * group), dtype=torch.float32, device=query.device))
+
+
+def _setup_attention_sink_train(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+    import torch
+
+    query, key, value, sinks, sm_scale, sliding_window, start_q = inputs
+    tensors = (query, key, value, sinks, *output)
+    if isinstance(start_q, torch.Tensor):
+        ctx.save_for_backward(*tensors, start_q)
+        ctx.start_q = None
+    else:
+        ctx.save_for_backward(*tensors)
+        ctx.start_q = start_q
+    ctx.scalars = (sm_scale, sliding_window)
+    ctx.mark_non_differentiable(output[1])
+
+
+def _backward_attention_sink_train(ctx: Any, dout: torch.Tensor, dlse: Any) -> tuple[Any, ...]:
+    saved = ctx.saved_tensors
+    start_q = saved[6] if ctx.start_q is None else ctx.start_q
+    ops = _torch_ops.torch_ops().attention_sink_backward
+    backward = ops.start_tensor if ctx.start_q is None else ops.default
+    dq, dk, dv, dsinks = backward(dout, saved[4], saved[5], *saved[:4], *ctx.scalars, start_q)
+    return dq, dk, dv, dsinks if ctx.needs_input_grad[3] else None, None, None, None
+
+
+def _op_attention_sink_backward(
+    dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    sinks: torch.Tensor, sm_scale: float, sliding_window: int, start_q: Any,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    dims = _check(query, key, value, sinks)
+    dq, dk, dv, dsinks = _train_backward(dout, out, lse, query, key, value, sinks, float(sm_scale) * LOG2E,
+                                         _window(sliding_window or None), start_q, dims, True)
+    assert dsinks is not None
+    return dq, dk, dv, dsinks
+
+
+def _fake_attention_sink_backward(
+    dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    sinks: torch.Tensor, sm_scale: float, sliding_window: int, start_q: Any,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    import torch
+
+    _check_shapes(query, key, value, sinks)
+    return (torch.empty(query.shape, dtype=query.dtype, device=query.device), torch.empty(key.shape, dtype=key.dtype, device=key.device),
+            torch.empty(key.shape, dtype=key.dtype, device=key.device), torch.empty(sinks.shape, dtype=sinks.dtype, device=sinks.device))
+
+
+def _train_example(d: Any, start_tensor: bool) -> tuple[Any, ...]:
+    """A GPT-OSS-like training call (inputs requiring grad; a 16-key window; start 7 or a
+    device-side 0)."""
+    start = _torch_ops.int32_tensor(d, 0) if start_tensor else 7
+    return (_torch_ops.sample(d, 2, 33, 2, 4, 64, grad=True), _torch_ops.sample(d, 2, 40, 2, 64, grad=True),
+            _torch_ops.sample(d, 2, 40, 2, 64, grad=True), _torch_ops.sample(d, 8, dtype="float32", grad=True), 0.125, 16, start)
+
+
+def _backward_example(d: Any, start_tensor: bool) -> tuple[Any, ...]:
+    """The backward of `_train_example`'s call, on the output and lse its training operator made."""
+    import torch
+
+    q, k, v, s, scale, window, start = (a.detach() if isinstance(a, torch.Tensor) else a for a in _train_example(d, start_tensor))
+    train = _torch_ops.register_torch_ops().attention_sink_train
+    out, lse = (train.start_tensor if start_tensor else train.default)(q, k, v, s, scale, window, start)
+    return (torch.randn_like(out), out, lse, q, k, v, s, scale, window, start)
+
+
 _SCHEMA = "(Tensor query, Tensor key, Tensor value, Tensor sinks, float sm_scale, int sliding_window, {} start_q, int[] config) -> Tensor"
+_TRAIN_SCHEMA = "(Tensor query, Tensor key, Tensor value, Tensor sinks, float sm_scale, int sliding_window, {} start_q) -> (Tensor, Tensor)"
+_BACKWARD_SCHEMA = ("(Tensor dout, Tensor out, Tensor lse, Tensor query, Tensor key, Tensor value, Tensor sinks, float sm_scale, "
+                    "int sliding_window, {} start_q) -> (Tensor, Tensor, Tensor, Tensor)")
 TORCH_OPS = (
     _registry.TorchOp(
         "attention_sink", _SCHEMA.format("int"), _op_attention_sink, _fake_attention_sink,
@@ -713,6 +836,21 @@ TORCH_OPS = (
         # decode: one query at position 49 of a 50-key cache, the position a device tensor
         example=lambda d: (_torch_ops.sample(d, 1, 1, 2, 4, 64), _torch_ops.sample(d, 1, 50, 2, 64), _torch_ops.sample(d, 1, 50, 2, 64),
                            _torch_ops.sample(d, 8), 0.125, 0, _torch_ops.int32_tensor(d, 49), []),
+    ),
+    *(
+        op
+        for name, start in (("", "int"), (".start_tensor", "Tensor"))
+        for op in (
+            _registry.TorchOp(
+                "attention_sink_train" + name, _TRAIN_SCHEMA.format(start), _op_attention_sink_train, _fake_attention_sink_train,
+                _backward_attention_sink_train, _setup_attention_sink_train,
+                example=functools.partial(_train_example, start_tensor=bool(name)),
+            ),
+            _registry.TorchOp(
+                "attention_sink_backward" + name, _BACKWARD_SCHEMA.format(start), _op_attention_sink_backward,
+                _fake_attention_sink_backward, example=functools.partial(_backward_example, start_tensor=bool(name)),
+            ),
+        )
     ),
 )
 
