@@ -344,8 +344,7 @@ def _launch_lse(
     """The one-pass forward that also saves each row's lse (a split config runs unsplit)."""
     what = ("attention_sink lse", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
     descs = _op.tensor_descs(out, lse, q3, k3, v3, sinks, start)
-    fields = (*config[:3], *config[4:])  # every field but splits
-    _op.call("attention_sink lse", TRAIN_FORWARD, (*descs, scale, window, group, d, *fields), index, what)
+    _op.call("attention_sink lse", TRAIN_FORWARD, (*descs, scale, window, group, d, *_unsplit(config)), index, what)
 
 
 def _launch_backward(
@@ -355,24 +354,37 @@ def _launch_backward(
     """grads = (dq, dk, dv, delta, dsink, dout, lse), saved = (out, q3, k3, v3, sinks, start)."""
     q3, k3 = saved[1], saved[2]
     what = ("attention_sink backward", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
-    fields = (*config[:3], *config[4:])
-    _op.call("attention_sink backward", BACKWARD, (*_op.tensor_descs(*grads, *saved), scale, window, group, d, *fields), index, what)
+    _op.call("attention_sink backward", BACKWARD, (*_op.tensor_descs(*grads, *saved), scale, window, group, d, *_unsplit(config)), index,
+             what)
 
 
-def _prepared(
+def _unsplit(config: AttentionSinkConfig) -> tuple[int, ...]:
+    """A config's fields as the training kernels' exports take them: every field but splits."""
+    return (*config[:3], *config[4:])
+
+
+def _views(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor, start_q: Any, dims: tuple[int, ...]
-) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """A checked call's device index (its context prepared), start_q tensor, `[B, S, width]`
-    views of q, k and v, sinks as the kernels read them, and a new output."""
-    import torch
-
+    views of q, k and v, and sinks as the kernels read them."""
     b, s_q, s_kv, h_kv, group, d = dims
     index = _op.device_index(query)
     _device.prepare(index)
     start = _start_q(start_q, s_kv, query.device)
     q3, k3, v3 = _rows(query, b, s_q, h_kv * group * d), _rows(key, b, s_kv, h_kv * d), _rows(value, b, s_kv, h_kv * d)
+    return index, start, q3, k3, v3, _sinks(sinks, query.dtype)
+
+
+def _prepared(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor, start_q: Any, dims: tuple[int, ...]
+) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`_views` and a new output."""
+    import torch
+
+    b, s_q, _, h_kv, group, d = dims
     out = torch.empty((b, s_q, h_kv * group * d), dtype=query.dtype, device=query.device)
-    return index, start, q3, k3, v3, _sinks(sinks, query.dtype), out
+    return (*_views(query, key, value, sinks, start_q, dims), out)
 
 
 def _train_forward(
@@ -402,13 +414,8 @@ def _train_backward(
     import torch
 
     b, s_q, _, h_kv, group, d = dims
-    index = _op.device_index(query)
-    _device.prepare(index)
-    start = _start_q(start_q, key.shape[1], query.device)
-    q3, k3, v3 = _rows(query, b, s_q, h_kv * group * d), _rows(key, b, key.shape[1], h_kv * d), _rows(value, b, key.shape[1], h_kv * d)
-    s = _sinks(sinks, query.dtype)
-    width = h_kv * group * d
-    dout3 = _rows(dout.to(out.dtype), b, s_q, width)
+    index, start, q3, k3, v3, s = _views(query, key, value, sinks, start_q, dims)
+    dout3 = _rows(dout.to(out.dtype), b, s_q, h_kv * group * d)
     dq, dk, dv = torch.empty_like(out), torch.empty_like(k3, memory_format=torch.contiguous_format), torch.empty_like(
         v3, memory_format=torch.contiguous_format)
     delta, dsink = torch.empty_like(lse), torch.empty_like(lse)
@@ -506,7 +513,7 @@ def attention_sink(
         if (
             plan is not None
             and type(query) is type(key) is type(value) is type(sinks) is torch.Tensor
-            and not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad))
+            and not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad or sinks.requires_grad))
         ):
             b, s_q, h_kv, group, d = query.shape
             start = _start_q(start_q, key.shape[1], query.device)
@@ -520,9 +527,7 @@ def attention_sink(
     dims = _check(query, key, value, sinks)
     if not math.isfinite(scale):
         raise ValueError(f"sm_scale = {sm_scale}: must be finite")
-    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad or sinks.requires_grad):
-        if config is not None or autotune:
-            raise ValueError("attention_sink with gradients takes its own tiles: pass no config and autotune=False")
+    if _trains((query, key, value, sinks), config is not None or autotune):
         with_grad: torch.Tensor = _autograd_function().apply(query, key, value, sinks, scale, window, start_q, dims)
         return with_grad
     b, s_q, s_kv, h_kv, group, d = dims
@@ -697,6 +702,18 @@ def _smoke(device: torch.device) -> str:
     return f"attention_sink max abs error {err:.2e} vs float32 torch (bound 5e-2)"
 
 
+def _trains(tensors: tuple[Any, ...], tiles_given: bool) -> bool:
+    """Whether a call trains (grad enabled, an input requiring grad): it then runs the training
+    kernels with their own tiles, so a config or autotuning given is refused."""
+    import torch
+
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        return False
+    if tiles_given:
+        raise ValueError("attention_sink with gradients takes its own tiles: pass no config and autotune=False")
+    return True
+
+
 def _traced(
     ops: Any, query: Any, key: Any, value: Any, sinks: Any, sm_scale: float, sliding_window: Any, start_q: Any, config: Any
 ) -> torch.Tensor:
@@ -706,9 +723,7 @@ def _traced(
 
     args = (query, key, value, sinks, float(sm_scale), _window(sliding_window))
     overload = "start_tensor" if isinstance(start_q, torch.Tensor) else "default"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, sinks)):
-        if config:
-            raise ValueError("attention_sink with gradients takes its own tiles: pass no config and autotune=False")
+    if _trains((query, key, value, sinks), bool(config)):
         trained: torch.Tensor = getattr(ops.attention_sink_train, overload)(*args, start_q)[0]
         return trained
     if isinstance(start_q, torch.Tensor):
