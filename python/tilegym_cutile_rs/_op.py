@@ -141,6 +141,18 @@ class Plans:
         plan: Plan | None = getattr(self._local, "plans", _NO_PLANS).get(key)
         return plan if plan is not None and plan.made_in == self.generation else None
 
+    def reusable(self, key: Any, *tensors: Any) -> Plan | None:
+        """This thread's current plan for `key` where a public call may run it: its tensors plain
+        (a subclass takes the dispatching path) and none asking autograd for a gradient."""
+        plan = self.get(key)
+        if plan is None:
+            return None
+        tensor, grad = plan.torch.Tensor, plan.torch.is_grad_enabled()
+        for t in tensors:
+            if type(t) is not tensor or (grad and t.requires_grad):
+                return None
+        return plan
+
     def make(self, key: Any, tensors: Sequence[torch.Tensor], args: Sequence[Any], index: int, dense: bool) -> Plan:
         """This thread's plan for `key`: the export bound to descriptors of `tensors` (in the
         export's order) and `args`; `dense` as `Plan.dense`."""

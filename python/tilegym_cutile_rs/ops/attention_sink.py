@@ -509,12 +509,8 @@ def attention_sink(
             plan_key = _plan_key(query, key, value, sinks, float(sm_scale), window)
         except (AttributeError, TypeError):
             plan_key = None  # not tensors: the checks below say what is wrong
-        plan = plans.get(plan_key) if plan_key is not None else None
-        if (
-            plan is not None
-            and type(query) is type(key) is type(value) is type(sinks) is torch.Tensor
-            and not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad or sinks.requires_grad))
-        ):
+        plan = plans.reusable(plan_key, query, key, value, sinks) if plan_key is not None else None
+        if plan is not None:
             b, s_q, h_kv, group, d = query.shape
             start = _start_q(start_q, key.shape[1], query.device)
             out = torch.empty((b, s_q, h_kv * group * d), dtype=query.dtype, device=query.device)

@@ -218,12 +218,8 @@ def rope(
         except (AttributeError, TypeError):
             pass  # not tensors: the checks below say what is wrong
         else:
-            plan = plans.get(call_key)
-            if (
-                plan is not None
-                and type(q) is type(k) is type(cos) is type(sin) is plan.torch.Tensor  # a subclass dispatches
-                and not (plan.torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or cos.requires_grad or sin.requires_grad))
-            ):
+            plan = plans.reusable(call_key, q, k, cos, sin)
+            if plan is not None:
                 q_out, k_out = _outputs(q, k)
                 plan.run(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(), cos.data_ptr(), sin.data_ptr())
                 return q_out, k_out

@@ -264,10 +264,8 @@ def swiglu(
             key = _plan_key(a, b)
         except (AttributeError, TypeError):
             key = None  # not tensors: the checks below say what is wrong
-        plan = forward_plans.get(key) if key is not None else None
-        if plan is not None and type(a) is type(b) is plan.torch.Tensor and not (
-            (a.requires_grad or b.requires_grad) and plan.torch.is_grad_enabled()
-        ):
+        plan = forward_plans.reusable(key, a, b) if key is not None else None
+        if plan is not None:
             y: torch.Tensor = plan.torch.empty_like(a) if plan.dense else plan.torch.empty(a.shape, dtype=a.dtype, device=a.device)
             plan.run(y.data_ptr(), a.data_ptr(), b.data_ptr())
             return y

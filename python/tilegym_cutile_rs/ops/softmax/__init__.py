@@ -146,12 +146,8 @@ def softmax(
         except (AttributeError, TypeError):
             pass  # not a tensor: the checks below say what is wrong
         else:
-            plan = plans.get(plan_key)
-            if (
-                plan is not None
-                and type(x) is plan.torch.Tensor  # a subclass takes the dispatching path
-                and not (x.requires_grad and plan.torch.is_grad_enabled())
-            ):
+            plan = plans.reusable(plan_key, x)
+            if plan is not None:
                 t = plan.torch
                 y: torch.Tensor = t.empty_like(x) if plan.dense else t.empty(x.shape, dtype=x.dtype, device=x.device)
                 plan.run(x.data_ptr(), y.data_ptr())
