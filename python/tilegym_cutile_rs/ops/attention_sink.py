@@ -499,11 +499,8 @@ def attention_sink(
     """
     import torch
 
-    if _torch_ops.is_compiling():
-        return _traced(_torch_ops.torch_ops(), query, key, value, sinks, sm_scale, sliding_window, start_q, config)
-    window = _window(sliding_window)
-    scale = float(sm_scale) * LOG2E
-    if config is None and not autotune:
+    if config is None and not autotune and not _torch_ops.is_compiling():
+        window = _window(sliding_window)
         # The per-call fast path: plain tensors of a layout seen before on this thread.
         try:
             plan_key = _plan_key(query, key, value, sinks, float(sm_scale), window)
@@ -518,8 +515,11 @@ def attention_sink(
             plan.run(out.data_ptr(), query.data_ptr(), key.data_ptr(), value.data_ptr(), sinks.data_ptr(),
                      start.data_ptr(), acc.data_ptr(), ml.data_ptr())  # fmt: skip
             return out
-    if _torch_ops.fake(query, key, value, sinks, start_q):
-        return _traced(_torch_ops.register_torch_ops(), query, key, value, sinks, sm_scale, sliding_window, start_q, config)
+    traced = _torch_ops.traced_or_fake(query, key, value, sinks, start_q)
+    if traced is not None:
+        return _traced(traced, query, key, value, sinks, sm_scale, sliding_window, start_q, config)
+    window = _window(sliding_window)
+    scale = float(sm_scale) * LOG2E
     dims = _check(query, key, value, sinks)
     if not math.isfinite(scale):
         raise ValueError(f"sm_scale = {sm_scale}: must be finite")

@@ -229,14 +229,12 @@ def rms_norm(
     saved). `config=RmsNormConfig(block_m, occupancy, warps)` overrides the rule.
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.rms_norm.
     """
-    if _torch_ops.is_compiling():
-        result: torch.Tensor = _torch_ops.torch_ops().rms_norm(x, weight, float(eps), float(offset), list(config or ()))
+    traced = _torch_ops.traced_or_fake(x, weight)
+    if traced is not None:
+        result: torch.Tensor = traced.rms_norm(x, weight, float(eps), float(offset), list(config or ()))
         return result
     import torch
 
-    if _torch_ops.fake(x, weight):
-        on_fake: torch.Tensor = _torch_ops.register_torch_ops().rms_norm(x, weight, float(eps), float(offset), list(config or ()))
-        return on_fake
     _check_inputs(x, weight, eps, offset)
     w = weight if weight.dtype == x.dtype else weight.to(x.dtype)
     if (x.requires_grad or w.requires_grad) and torch.is_grad_enabled():

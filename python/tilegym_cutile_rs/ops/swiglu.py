@@ -255,10 +255,7 @@ def swiglu(
     `config=SwigluConfig(block_m, block_n, occupancy, warps)` or `autotune=True` as for softmax.
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.swiglu.
     """
-    if _torch_ops.is_compiling():
-        result: torch.Tensor = _torch_ops.torch_ops().swiglu(a, b, list(config or ()))
-        return result
-    if not (autotune or config is not None):
+    if config is None and not autotune and not _torch_ops.is_compiling():
         # The per-call fast path: plain tensors of a layout seen before on this thread, no autograd.
         try:
             key = _plan_key(a, b)
@@ -269,11 +266,12 @@ def swiglu(
             y: torch.Tensor = plan.torch.empty_like(a) if plan.dense else plan.torch.empty(a.shape, dtype=a.dtype, device=a.device)
             plan.run(y.data_ptr(), a.data_ptr(), b.data_ptr())
             return y
+    traced = _torch_ops.traced_or_fake(a, b)
+    if traced is not None:
+        result: torch.Tensor = traced.swiglu(a, b, list(config or ()))
+        return result
     import torch
 
-    if _torch_ops.fake(a, b):
-        on_fake: torch.Tensor = _torch_ops.register_torch_ops().swiglu(a, b, list(config or ()))
-        return on_fake
     _check_inputs("swiglu", a, b)
     if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
         with_grad: torch.Tensor = _autograd_functions()[0].apply(a, b, config, autotune)
@@ -320,9 +318,7 @@ def silu_and_mul(
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.silu_and_mul,
     and silu_and_mul_out with out=.
     """
-    traced = _torch_ops.traced()
-    if traced is None and _torch_ops.fake(x, out):
-        traced = _torch_ops.register_torch_ops()
+    traced = _torch_ops.traced_or_fake(x, out)
     if traced is not None:
         if out is None:
             result: torch.Tensor = traced.silu_and_mul(x, list(config or ()))

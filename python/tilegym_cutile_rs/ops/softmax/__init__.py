@@ -135,11 +135,8 @@ def softmax(
     Gradients flow (backward computed by torch). Under torch.compile and torch.export, and
     for fake tensors, the call is the operator torch.ops.tilegym_cutile_rs.softmax.
     """
-    if _torch_ops.is_compiling():
-        result: torch.Tensor = _torch_ops.torch_ops().softmax(x, dim, list(config or ()))
-        return result
     plan_key = None
-    if config is None and not autotune:
+    if config is None and not autotune and not _torch_ops.is_compiling():
         # The per-call fast path: a plain tensor of a shape seen before on this thread, no autograd.
         try:
             plan_key = (x.shape, x.stride(), x.dtype, x.get_device(), dim)
@@ -152,11 +149,12 @@ def softmax(
                 y: torch.Tensor = t.empty_like(x) if plan.dense else t.empty(x.shape, dtype=x.dtype, device=x.device)
                 plan.run(x.data_ptr(), y.data_ptr())
                 return y
+    traced = _torch_ops.traced_or_fake(x)
+    if traced is not None:
+        result: torch.Tensor = traced.softmax(x, dim, list(config or ()))
+        return result
     import torch
 
-    if _torch_ops.fake(x):
-        on_fake: torch.Tensor = _torch_ops.register_torch_ops().softmax(x, dim, list(config or ()))
-        return on_fake
     if type(x) is not torch.Tensor:
         plan_key = None  # plans are for plain tensors only
     _device.check_cuda_tensor(x, "softmax")
