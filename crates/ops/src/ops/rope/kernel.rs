@@ -6,7 +6,7 @@
 //! live state per thread, so more CTAs stay resident per SM.
 //! Only cos[..., :HALF] and sin[..., :HALF] are read: transformers' tables repeat their first
 //! half (GPT-OSS's hold only that half). The backward is the same kernel with `sign` -1 (the
-//! inverse rotation). Math is float32, rounded once at the store.
+//! inverse rotation). Math is float32 (a multiply and a fused multiply-add per output), rounded once at the store.
 //!
 //! q and k are read as `[B, heads, S, D]` views (any strides but a unit last one); the outputs
 //! are `[B * S, heads, D]`, contiguous, which the host returns transposed to `[B, heads, S, D]`.
@@ -79,6 +79,7 @@ pub mod rope_kernels {
             unsafe { make_partition_view(x, shape![1, HB, 1, HALF], padding::Zero, dim_map::Identity, x.token()) };
         let c: Tile<f32, { [HB, HALF] }> = c.broadcast(shape![HB, HALF]);
         let s: Tile<f32, { [HB, HALF] }> = s.broadcast(shape![HB, HALF]);
+        let ns: Tile<f32, { [HB, HALF] }> = negf(s);
         let mut op = out.partition_mut(shape![1, HB, HALF]);
         // Blocks wholly past x's heads are skipped: a store there is not masked by out's extent
         // (the host passes HB < TH only where it divides the heads, so no block straddles it).
@@ -89,8 +90,11 @@ pub mod rope_kernels {
             let x2: Tile<f32, { [1, HB, 1, HALF] }> = convert_tile(xp.load([batch, h, pos, 1i32]));
             let x1: Tile<f32, { [HB, HALF] }> = x1.reshape(shape![HB, HALF]);
             let x2: Tile<f32, { [HB, HALF] }> = x2.reshape(shape![HB, HALF]);
-            let o1: Tile<E, { [1, HB, HALF] }> = convert_tile((x1 * c - x2 * s).reshape(shape![1, HB, HALF]));
-            let o2: Tile<E, { [1, HB, HALF] }> = convert_tile((x2 * c + x1 * s).reshape(shape![1, HB, HALF]));
+            // x1 * c - x2 * s and x2 * c + x1 * s, each a multiply and a fused multiply-add.
+            let o1: Tile<f32, { [HB, HALF] }> = fma(x1, c, x2 * ns, rounding::NearestEven, ftz::Disabled);
+            let o2: Tile<f32, { [HB, HALF] }> = fma(x2, c, x1 * s, rounding::NearestEven, ftz::Disabled);
+            let o1: Tile<E, { [1, HB, HALF] }> = convert_tile(o1.reshape(shape![1, HB, HALF]));
+            let o2: Tile<E, { [1, HB, HALF] }> = convert_tile(o2.reshape(shape![1, HB, HALF]));
             // SAFETY: out is this CTA's [1, TH, D] tile in [1, HB, HALF] blocks; h * HB < heads <= TH and 2 * HALF <= D.
             unsafe { store_view_tko_mut(&mut op, o1, [0i32, h, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
             unsafe { store_view_tko_mut(&mut op, o2, [0i32, h, 1i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
