@@ -5,7 +5,8 @@
 //! HBQ (HBK) heads of q (k) a step: the whole head tile THQ (THK) in one step, or fewer for less
 //! live state per thread, so more CTAs stay resident per SM.
 //! Only cos[..., :HALF] and sin[..., :HALF] are read: transformers' tables repeat their first
-//! half (GPT-OSS's hold only that half). The backward is the same kernel with `sign` -1 (the
+//! half (GPT-OSS's hold only that half). The host passes the tables narrowed to those HALF
+//! entries, so their rows are whole tiles: loaded with no mask. The backward is the same kernel with `sign` -1 (the
 //! inverse rotation). Math is float32 (a multiply and a fused multiply-add per output), rounded once at the store.
 //!
 //! q and k are read as `[B, heads, S, D]` views (any strides but a unit last one); the outputs
@@ -24,8 +25,8 @@ pub mod rope_kernels {
         k_out: &mut Tensor<E, { [1, THK, D] }>,
         q: &Tensor<E, { [-1, -1, -1, D] }>,
         k: &Tensor<E, { [-1, -1, -1, D] }>,
-        cos: &Tensor<E, { [-1, -1, -1] }>,
-        sin: &Tensor<E, { [-1, -1, -1] }>,
+        cos: &Tensor<E, { [-1, -1, HALF] }>,
+        sin: &Tensor<E, { [-1, -1, HALF] }>,
         sign: f32,
     ) {
         let (batch, pos, c, s): (i32, i32, Tile<f32, { [1, HALF] }>, Tile<f32, { [1, HALF] }>) =
@@ -41,8 +42,8 @@ pub mod rope_kernels {
     /// This CTA's batch and position, and its cos and sin rows (sin times `sign`).
     fn position<E: ElementType, const D: i32, const HALF: i32>(
         q: &Tensor<E, { [-1, -1, -1, D] }>,
-        cos: &Tensor<E, { [-1, -1, -1] }>,
-        sin: &Tensor<E, { [-1, -1, -1] }>,
+        cos: &Tensor<E, { [-1, -1, HALF] }>,
+        sin: &Tensor<E, { [-1, -1, HALF] }>,
         sign: f32,
     ) -> (i32, i32, Tile<f32, { [1, HALF] }>, Tile<f32, { [1, HALF] }>) {
         let pid: (i32, i32, i32) = get_tile_block_id();
@@ -58,7 +59,7 @@ pub mod rope_kernels {
     }
 
     /// Row (`batch`, `pos`) of a cos or sin table, its first HALF entries, as float32.
-    fn table_row<E: ElementType, const HALF: i32>(t: &Tensor<E, { [-1, -1, -1] }>, batch: i32, pos: i32) -> Tile<f32, { [1, HALF] }> {
+    fn table_row<E: ElementType, const HALF: i32>(t: &Tensor<E, { [-1, -1, HALF] }>, batch: i32, pos: i32) -> Tile<f32, { [1, HALF] }> {
         let p: Partition<E, { [1, 1, HALF] }> =
             unsafe { make_partition_view(t, shape![1, 1, HALF], padding::Zero, dim_map::Identity, t.token()) };
         let row: Tile<f32, { [1, 1, HALF] }> = convert_tile(p.load([batch, pos, 0i32]));

@@ -129,6 +129,10 @@ pub fn rope(
     if b == 0 || s == 0 || d == 0 || q.shape[1] == 0 || k.shape[1] == 0 {
         return Ok(());
     }
+    // The kernel reads each table row's first `half` entries: narrowed to them, the tables' rows
+    // are whole tiles (a static extent, so no per-lane mask).
+    let narrowed = |t: &CheckedTensor| CheckedTensor { shape: vec![t.shape[0], t.shape[1], half], ..t.clone() };
+    let (cos, sin) = (&narrowed(cos), &narrowed(sin));
     let launch = describe([q_out, k_out, q, k, cos, sin], sign, [half, heads_q, heads_k, head_block], hints);
     let all = [q_out, k_out, q, k, cos, sin];
     launch::enqueue_launch("rope", &launch, device, stream, |first| match q.dtype {
@@ -162,7 +166,7 @@ mod tests {
         // HF's layout: [B, S, H, D] memory seen as [B, H, S, D].
         let (q, k) = (view(&[2, 32, 7, 128], &[28672, 128, 4096, 1]), view(&[2, 8, 7, 128], &[7168, 128, 1024, 1]));
         let (qo, ko) = (view(&[14, 32, 128], &[4096, 128, 1]), view(&[14, 8, 128], &[1024, 128, 1]));
-        let cos = view(&[2, 7, 128], &[896, 128, 1]);
+        let cos = view(&[2, 7, 64], &[896, 128, 1]);
         let hints = Hints::checked(0, 0).unwrap();
         crate::launch::signature::assert_matches_kernel(&describe([&qo, &ko, &q, &k, &cos, &cos], 1.0, [64, 32, 8, 16], hints));
     }
