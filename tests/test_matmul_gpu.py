@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import tilegym_cutile_rs
 import torch
+from tilegym_cutile_rs.ops import matmul as mm
 
 pytestmark = pytest.mark.gpu
 
-# TileGym's tolerances: matmul bf16 atol = rtol = 1e-2; bmm fp16 rtol 1e-3 (atol 1e-3 here:
-# K up to 1024 of products accumulate in float32 and round once to float16).
-TOL = {torch.bfloat16: dict(atol=1e-2, rtol=1e-2), torch.float16: dict(atol=1e-3, rtol=1e-3), torch.float32: dict(atol=1e-4, rtol=1e-4)}
+# The op's declared tolerances (TileGym's; see tilegym_cutile_rs.ops.matmul.TOLERANCES).
+TOL = {getattr(torch, name): tol._asdict() for name, tol in mm.TOLERANCES.items()}
 
 
 def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -12,12 +12,8 @@ from tilegym_cutile_rs.ops.softmax import SoftmaxConfig, softmax_config
 
 pytestmark = pytest.mark.gpu
 
-# TileGym's tolerances; bf16 has 3 fewer mantissa bits than f16.
-TOL = {
-    torch.float32: dict(rtol=1e-5, atol=1e-7),
-    torch.float16: dict(rtol=1e-3, atol=1e-5),
-    torch.bfloat16: dict(rtol=1e-2, atol=1e-4),
-}
+# The op's declared tolerances (TileGym's), by dtype.
+TOL = {getattr(torch, name): tol._asdict() for name, tol in softmax_module.TOLERANCES.items()}
 DTYPES = list(TOL)
 
 

@@ -7,13 +7,14 @@ import pytest
 import tilegym_cutile_rs
 import torch
 import torch.nn.functional as F
+from tilegym_cutile_rs.ops import swiglu as sw
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-# TileGym's tolerances: silu_and_mul rtol 0, atol 1e-2; swiglu atol = rtol = 1e-2.
-SILU_AND_MUL_TOL = dict(rtol=0.0, atol=1e-2)
-SWIGLU_TOL = dict(rtol=1e-2, atol=1e-2)
+# The ops' declared tolerances (TileGym's: silu_and_mul rtol 0, atol 1e-2; swiglu atol = rtol = 1e-2).
+SILU_AND_MUL_TOL = sw.SILU_AND_MUL_TOLERANCES["bfloat16"]._asdict()
+SWIGLU_TOL = sw.SWIGLU_TOLERANCES["bfloat16"]._asdict()
 
 
 def reference_silu_and_mul(x: torch.Tensor) -> torch.Tensor:

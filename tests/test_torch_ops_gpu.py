@@ -85,6 +85,44 @@ def test_compiled_operator_matches_eager_exactly(op: _registry.TorchOp) -> None:
         torch.testing.assert_close(got, want, **tol)
 
 
+def _written(op: _registry.TorchOp, args: tuple[Any, ...]) -> list[torch.Tensor]:
+    """The arguments a "-> ()" operator writes (schema `Tensor(a!)`)."""
+    params = op.schema.partition("(")[2].rpartition(") ->")[0].split(", ")
+    return [a for a, p in zip(args, params, strict=True) if "!" in p]
+
+
+# Each operator against the float32 reference it declares (TorchOp.reference), on its example,
+# within the tolerance it declares for the example's dtype: outputs, and where it has a backward,
+# the gradients of its inputs that require them (an incoming gradient given, the same for both).
+@pytest.mark.parametrize("op", TORCH_OPS, ids=[op.name for op in TORCH_OPS])
+def test_operator_matches_its_reference(op: _registry.TorchOp) -> None:
+    t.register_torch_ops()
+    assert op.example is not None and op.reference is not None
+    args = op.example(DEVICE)
+    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    first = next(a for a in args if isinstance(a, torch.Tensor))
+    tol = op.tolerances[str(first.dtype).removeprefix("torch.")]._asdict()
+    result = operator(op)(*args)
+    got = _written(op, args) if op.schema.endswith("-> ()") else list(result) if isinstance(result, (tuple, list)) else [result]
+    wide = [a.detach().float().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+            for a in args]
+    expected = op.reference(*wide)
+    want = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    assert len(got) == len(want), f"{op.name}: {len(got)} outputs, the reference gives {len(want)}"
+    checked = [(g, w) for g, w in zip(got, want, strict=True) if w is not None]
+    for g, w in checked:
+        torch.testing.assert_close(g, w.detach().to(g.dtype), **tol, msg=lambda m: f"{op.name} output: {m}")
+    if not inputs:
+        return
+    torch.manual_seed(2)
+    dys = [torch.randn_like(g) for g, _ in checked if g.requires_grad]
+    grads = torch.autograd.grad([g for g, _ in checked if g.requires_grad], inputs, dys)
+    wide_inputs = [w for w, a in zip(wide, args, strict=True) if isinstance(a, torch.Tensor) and a.requires_grad]
+    wide_grads = torch.autograd.grad([w for g, w in checked if g.requires_grad], wide_inputs, [d.float() for d in dys])
+    for a, g, w in zip(inputs, grads, wide_grads, strict=True):
+        torch.testing.assert_close(g, w.to(a.dtype), **tol, msg=lambda m: f"{op.name} gradient: {m}")
+
+
 def test_compile_fullgraph_forward_and_backward_match_eager() -> None:
     # The forward is our operators and one bfloat16 product, which Inductor rounds as eager
     # does: bit-identical. The gradients also pass through torch's own arithmetic (softmax's

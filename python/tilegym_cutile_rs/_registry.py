@@ -8,8 +8,8 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _tuned
 
@@ -68,6 +68,14 @@ def ops() -> dict[str, OpSpec]:
     return dict(sorted(found.items()))
 
 
+class Tolerance(NamedTuple):
+    """How close an op's result must be to its float32 reference (torch.testing.assert_close's
+    rtol and atol), the reference rounded to the result's dtype first."""
+
+    rtol: float
+    atol: float
+
+
 @dataclass(frozen=True)
 class TorchOp:
     """A torch operator an op module declares in its `OpSpec.torch_ops`.
@@ -84,6 +92,14 @@ class TorchOp:
     torch_gradient: its backward is torch arithmetic (softmax's formula), which Inductor
         compiles into kernels of its own: compiled gradients equal eager ones to rounding,
         not bit for bit.
+    reference: the operator's outputs computed by torch in float32 from the same arguments
+        (floating tensors upcast, detached): a tensor or a tuple, None in a tuple for an
+        output it does not define (attention_sink_train's lse); for an operator that writes
+        an argument, that argument's expected value. Differentiable, so the generic GPU test
+        also compares an operator's gradients (where it has a backward) with the reference's.
+    tolerances: by the dtype name of the operator's first tensor argument, how close its
+        outputs and gradients must be to the reference's; the op's own tests read theirs
+        from here too.
     """
 
     name: str
@@ -94,3 +110,5 @@ class TorchOp:
     setup_context: Callable[..., Any] | None = None
     example: Callable[[torch.device], tuple[Any, ...]] | None = None
     torch_gradient: bool = False
+    reference: Callable[..., Any] | None = None
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)

@@ -832,6 +832,25 @@ def _backward_example(d: Any, start_tensor: bool) -> tuple[Any, ...]:
     return (torch.randn_like(out), out, lse, q, k, v, s, scale, window, start)
 
 
+def _position(start_q: Any) -> int:
+    """start_q as the reference takes it: an int, or a one-element tensor's value."""
+    return int(start_q) if isinstance(start_q, int) else int(start_q.item())
+
+
+def _reference_backward(
+    dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    sinks: torch.Tensor, sm_scale: float, sliding_window: int, start_q: Any,
+) -> tuple[Any, ...]:
+    """dq, dk, dv and dsinks of the reference at dout (out and lse are the kernel's own state)."""
+    import torch
+
+    inputs = tuple(t.requires_grad_() for t in (query, key, value, sinks))
+    return torch.autograd.grad(reference(*inputs, sm_scale, sliding_window, _position(start_q)), inputs, dout, create_graph=True)
+
+
+# The forward's (atol 5e-2, rtol 1e-2) and the gradients' (atol 2e-2, rtol 2e-2) bounds in one, both
+# 16-bit dtypes: float32 logits and accumulators, one rounding of each output.
+TOLERANCES = dict.fromkeys(("float16", "bfloat16"), _registry.Tolerance(rtol=2e-2, atol=5e-2))
 _SCHEMA = "(Tensor query, Tensor key, Tensor value, Tensor sinks, float sm_scale, int sliding_window, {} start_q, int[] config) -> Tensor"
 _TRAIN_SCHEMA = "(Tensor query, Tensor key, Tensor value, Tensor sinks, float sm_scale, int sliding_window, {} start_q) -> (Tensor, Tensor)"
 _BACKWARD_SCHEMA = ("(Tensor dout, Tensor out, Tensor lse, Tensor query, Tensor key, Tensor value, Tensor sinks, float sm_scale, "
@@ -841,12 +860,16 @@ TORCH_OPS = (
         "attention_sink", _SCHEMA.format("int"), _op_attention_sink, _fake_attention_sink,
         example=lambda d: (_torch_ops.sample(d, 2, 33, 2, 4, 64), _torch_ops.sample(d, 2, 40, 2, 64), _torch_ops.sample(d, 2, 40, 2, 64),
                            _torch_ops.sample(d, 8, dtype="float32"), 0.125, 16, 7, []),
+        reference=lambda q, k, v, s, scale, window, start, config: reference(q, k, v, s, scale, window, _position(start)),
+        tolerances=TOLERANCES,
     ),
     _registry.TorchOp(
         "attention_sink.start_tensor", _SCHEMA.format("Tensor"), _op_attention_sink, _fake_attention_sink,
         # decode: one query at position 49 of a 50-key cache, the position a device tensor
         example=lambda d: (_torch_ops.sample(d, 1, 1, 2, 4, 64), _torch_ops.sample(d, 1, 50, 2, 64), _torch_ops.sample(d, 1, 50, 2, 64),
                            _torch_ops.sample(d, 8), 0.125, 0, _torch_ops.int32_tensor(d, 49), []),
+        reference=lambda q, k, v, s, scale, window, start, config: reference(q, k, v, s, scale, window, _position(start)),
+        tolerances=TOLERANCES,
     ),
     *(
         op
@@ -856,10 +879,13 @@ TORCH_OPS = (
                 "attention_sink_train" + name, _TRAIN_SCHEMA.format(start), _op_attention_sink_train, _fake_attention_sink_train,
                 _backward_attention_sink_train, _setup_attention_sink_train,
                 example=functools.partial(_train_example, start_tensor=bool(name)),
+                reference=lambda q, k, v, s, scale, window, start: (reference(q, k, v, s, scale, window, _position(start)), None),
+                tolerances=TOLERANCES,
             ),
             _registry.TorchOp(
                 "attention_sink_backward" + name, _BACKWARD_SCHEMA.format(start), _op_attention_sink_backward,
                 _fake_attention_sink_backward, example=functools.partial(_backward_example, start_tensor=bool(name)),
+                reference=_reference_backward, tolerances=TOLERANCES,
             ),
         )
     ),

@@ -415,16 +415,25 @@ def _backward_product(ctx: Any, dc: torch.Tensor) -> tuple[torch.Tensor | None, 
     return da, db, None
 
 
+# TileGym's: matmul bfloat16 atol = rtol = 1e-2, bmm float16 rtol 1e-3 (atol 1e-3 here: K up to 1024
+# of products accumulate in float32 and round once to float16); float32 1e-4.
+TOLERANCES = {
+    "bfloat16": _registry.Tolerance(rtol=1e-2, atol=1e-2),
+    "float16": _registry.Tolerance(rtol=1e-3, atol=1e-3),
+    "float32": _registry.Tolerance(rtol=1e-4, atol=1e-4),
+}
 TORCH_OPS = (
     _registry.TorchOp(
         "matmul", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_matmul, _fake_product("matmul", 2),
         _backward_product, _setup_product,
         # b column-major (a transposed view), read in place
         example=lambda d: (_torch_ops.sample(d, 128, 64, grad=True), _torch_ops.sample(d, 96, 64).t().requires_grad_(), []),
+        reference=lambda a, b, config: a @ b, tolerances=TOLERANCES,
     ),
     _registry.TorchOp(
         "bmm", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_bmm, _fake_product("bmm", 3), _backward_product, _setup_product,
         example=lambda d: (_torch_ops.sample(d, 2, 64, 32, grad=True), _torch_ops.sample(d, 2, 32, 48, grad=True), []),
+        reference=lambda a, b, config: a @ b, tolerances=TOLERANCES,
     ),
 )
 

@@ -347,16 +347,30 @@ def _fake_rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Ten
     return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
 
 
+def _reference_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> tuple[Any, ...]:
+    import torch
+
+    x, weight = x.requires_grad_(), weight.requires_grad_()
+    return torch.autograd.grad(reference(x, weight, eps, offset), (x, weight), dy, create_graph=True)
+
+
+TOLERANCES = {
+    "float32": _registry.Tolerance(rtol=1e-5, atol=1e-5),
+    "float16": _registry.Tolerance(rtol=1e-3, atol=2e-3),
+    "bfloat16": _registry.Tolerance(rtol=1e-2, atol=2e-2),
+}
 TORCH_OPS = (
     _registry.TorchOp(
         "rms_norm", "(Tensor x, Tensor weight, float eps, float offset, int[] config) -> Tensor", _op_rms_norm,
         _fake_rms_norm, _backward_rms_norm, _setup_rms_norm,
         example=lambda d: (_torch_ops.sample(d, 4, 8, 1000, grad=True), _torch_ops.sample(d, 1000, grad=True), 1e-6, 0.0, []),
+        reference=lambda x, weight, eps, offset, config: reference(x, weight, eps, offset), tolerances=TOLERANCES,
     ),
     _registry.TorchOp(
         "rms_norm_backward", "(Tensor dy, Tensor x, Tensor weight, float eps, float offset) -> (Tensor, Tensor)",
         _op_rms_norm_backward, _fake_rms_norm_backward,
         example=lambda d: (_torch_ops.sample(d, 32, 4096), _torch_ops.sample(d, 32, 4096), _torch_ops.sample(d, 4096, dtype="float32"), 1e-5, 1.0),
+        reference=_reference_backward, tolerances=TOLERANCES,
     ),
 )
 

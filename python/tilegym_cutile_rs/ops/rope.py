@@ -333,16 +333,24 @@ def _op_rope_backward(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor, sin
     return _launch(dq, dk, _tables(cos, "cos", dq), _tables(sin, "sin", dq), half, -1.0)
 
 
+TOLERANCES = {
+    "float32": _registry.Tolerance(rtol=1e-5, atol=1e-5),
+    "float16": _registry.Tolerance(rtol=1e-3, atol=2e-3),
+    "bfloat16": _registry.Tolerance(rtol=1e-2, atol=2e-2),
+}
 TORCH_OPS = (
     _registry.TorchOp(
         "rope", "(Tensor q, Tensor k, Tensor cos, Tensor sin, int half) -> (Tensor, Tensor)", _op_rope, _fake_rope,
         _backward_rope, _setup_rope,
         example=lambda d: (_torch_ops.sample(d, 2, 8, 5, 64, grad=True), _torch_ops.sample(d, 2, 2, 5, 64, grad=True),
                            _torch_ops.sample(d, 1, 5, 64), _torch_ops.sample(d, 1, 5, 64), 32),
+        reference=lambda q, k, cos, sin, half: reference(q, k, cos, sin, 2 * half), tolerances=TOLERANCES,
     ),
     _registry.TorchOp(
         "rope_backward", "(Tensor dq, Tensor dk, Tensor cos, Tensor sin, int half) -> (Tensor, Tensor)", _op_rope_backward, _fake_rope,
         example=lambda d: (_torch_ops.sample(d, 2, 8, 5, 64), _torch_ops.sample(d, 2, 2, 5, 64), _torch_ops.sample(d, 2, 5, 64), _torch_ops.sample(d, 2, 5, 64), 32),
+        # the gradient of a rotation is the inverse rotation: sin negated
+        reference=lambda dq, dk, cos, sin, half: reference(dq, dk, cos, -sin, 2 * half), tolerances=TOLERANCES,
     ),
 )
 

@@ -537,27 +537,64 @@ def _fake_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tens
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
+def reference_swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """silu(a) * b in torch (float32 for float32 inputs)."""
+    import torch
+
+    return torch.nn.functional.silu(a) * b
+
+
+def reference_silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """silu(x[..., :H]) * x[..., H:] in torch."""
+    h = x.shape[-1] // 2
+    return reference_swiglu(x[..., :h], x[..., h:])
+
+
+def _reference_swiglu_backward(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    a, b = a.requires_grad_(), b.requires_grad_()
+    return torch.stack(torch.autograd.grad(reference_swiglu(a, b), (a, b), dy, create_graph=True))
+
+
+def _reference_silu_and_mul_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    x = x.requires_grad_()
+    (dx,) = torch.autograd.grad(reference_silu_and_mul(x), x, dy, create_graph=True)
+    return dx
+
+
+# TileGym's tolerances, every dtype: swiglu atol = rtol = 1e-2; silu_and_mul rtol 0, atol 1e-2.
+SWIGLU_TOLERANCES = dict.fromkeys(SUPPORTED, _registry.Tolerance(rtol=1e-2, atol=1e-2))
+SILU_AND_MUL_TOLERANCES = dict.fromkeys(SUPPORTED, _registry.Tolerance(rtol=0.0, atol=1e-2))
+
 TORCH_OPS = (
     _registry.TorchOp(
         "swiglu", "(Tensor a, Tensor b, int[] config) -> Tensor", _op_swiglu, _fake_swiglu, _backward_swiglu, _setup_swiglu,
         example=lambda d: (_torch_ops.sample(d, 4, 8, 256, grad=True), _torch_ops.sample(d, 4, 8, 256, grad=True), []),
+        reference=lambda a, b, config: reference_swiglu(a, b), tolerances=SWIGLU_TOLERANCES,
     ),
     _registry.TorchOp(
         "swiglu_backward", "(Tensor dy, Tensor a, Tensor b) -> Tensor", _op_swiglu_backward, _fake_swiglu_backward,
         example=lambda d: (_torch_ops.sample(d, 32, 256), _torch_ops.sample(d, 32, 256), _torch_ops.sample(d, 32, 256)),
+        reference=_reference_swiglu_backward, tolerances=SWIGLU_TOLERANCES,
     ),
     _registry.TorchOp(
         "silu_and_mul", "(Tensor x, int[] config) -> Tensor", _op_silu_and_mul, _fake_silu_and_mul,
         _backward_silu_and_mul, _setup_silu_and_mul,
         example=lambda d: (_torch_ops.sample(d, 64, 2000, dtype="float32", grad=True), []),
+        reference=lambda x, config: reference_silu_and_mul(x), tolerances=SILU_AND_MUL_TOLERANCES,
     ),
     _registry.TorchOp(
         "silu_and_mul_out", "(Tensor x, Tensor(a!) out, int[] config) -> ()", _op_silu_and_mul_out, _fake_silu_and_mul_out,
         example=lambda d: (_torch_ops.sample(d, 64, 512), _torch_ops.sample(d, 64, 256), []),
+        reference=lambda x, out, config: reference_silu_and_mul(x), tolerances=SILU_AND_MUL_TOLERANCES,
     ),
     _registry.TorchOp(
         "silu_and_mul_backward", "(Tensor dy, Tensor x) -> Tensor", _op_silu_and_mul_backward, _fake_silu_and_mul_backward,
         example=lambda d: (_torch_ops.sample(d, 64, 256), _torch_ops.sample(d, 64, 512)),
+        reference=_reference_silu_and_mul_backward, tolerances=SILU_AND_MUL_TOLERANCES,
     ),
 )
 

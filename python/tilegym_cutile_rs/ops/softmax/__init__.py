@@ -255,10 +255,17 @@ def _backward_softmax(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None, N
     return _grad(y, dy, ctx.dim), None, None
 
 
+# TileGym's tolerances; bfloat16 has 3 fewer mantissa bits than float16.
+TOLERANCES = {
+    "float32": _registry.Tolerance(rtol=1e-5, atol=1e-7),
+    "float16": _registry.Tolerance(rtol=1e-3, atol=1e-5),
+    "bfloat16": _registry.Tolerance(rtol=1e-2, atol=1e-4),
+}
 TORCH_OPS = (
     _registry.TorchOp(
         "softmax", "(Tensor x, int dim, int[] config) -> Tensor", _op_softmax, _fake_softmax, _backward_softmax, _setup_softmax,
         example=lambda d: (_torch_ops.sample(d, 64, 1000, dtype="float32", grad=True), -1, []), torch_gradient=True,
+        reference=lambda x, dim, config: x.softmax(dim), tolerances=TOLERANCES,
     ),
 )
 
