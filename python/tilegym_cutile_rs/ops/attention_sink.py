@@ -844,8 +844,8 @@ def _reference_backward(
     """dq, dk, dv and dsinks of the reference at dout (out and lse are the kernel's own state)."""
     import torch
 
-    inputs = tuple(t.requires_grad_() for t in (query, key, value, sinks))
-    return torch.autograd.grad(reference(*inputs, sm_scale, sliding_window, _position(start_q)), inputs, dout, create_graph=True)
+    q, k, v, s = inputs = tuple(t.requires_grad_() for t in (query, key, value, sinks))
+    return torch.autograd.grad(reference(q, k, v, s, sm_scale, sliding_window, _position(start_q)), inputs, dout, create_graph=True)
 
 
 # The forward's (atol 5e-2, rtol 1e-2) and the gradients' (atol 2e-2, rtol 2e-2) bounds in one, both
