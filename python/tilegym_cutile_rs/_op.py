@@ -157,13 +157,17 @@ class Plans:
         """This thread's plan for `key`: the export bound to descriptors of `tensors` (in the
         export's order) and `args`; `dense` as `Plan.dense`."""
         plan = Plan(self.op, self.export, tensors, args, index, self.generation, dense)
+        self.keep(key, plan)
+        return plan
+
+    def keep(self, key: Any, plan: Plan) -> None:
+        """`plan` also under `key` (one launch two calls reach by different keys)."""
         if _describe.describing():
-            return plan  # a plan of meta tensors is never run
+            return  # a plan of meta tensors is never run
         table = self._table()
         if len(table) >= self.MAX:
             table.clear()
         table[key] = plan
-        return plan
 
     def invalidate(self) -> None:
         self.generation += 1

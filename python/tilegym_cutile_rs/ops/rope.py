@@ -155,15 +155,16 @@ def _launch_into(q_out: torch.Tensor, k_out: torch.Tensor, q: torch.Tensor, k: t
     plan = plans.get(key)
     if plan is not None:
         plan.run(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(), cos.data_ptr(), sin.data_ptr())
-        return
-    b, hq, s, d = q.shape
-    head_block, occupancy, warps = config
-    views = (q_out.transpose(1, 2).reshape(b * s, hq, d), k_out.transpose(1, 2).reshape(b * s, k.shape[1], d))
-    scalars = (sign, half, _op.next_pow2(hq), _op.next_pow2(k.shape[1]), head_block, occupancy, warps)
-    _op.call("rope", EXPORT, (*_op.tensor_descs(*views, q, k, cos, sin), *scalars), index,
-             ("rope", q.dtype, tuple(q.shape), "half", half, "config", tuple(config)))
-    for plan_key in (key, call_key) if call_key is not None else (key,):
-        plans.make(plan_key, (*views, q, k, cos, sin), scalars, index, dense=False)
+    else:
+        b, hq, s, d = q.shape
+        head_block, occupancy, warps = config
+        views = (q_out.transpose(1, 2).reshape(b * s, hq, d), k_out.transpose(1, 2).reshape(b * s, k.shape[1], d))
+        scalars = (sign, half, _op.next_pow2(hq), _op.next_pow2(k.shape[1]), head_block, occupancy, warps)
+        _op.call("rope", EXPORT, (*_op.tensor_descs(*views, q, k, cos, sin), *scalars), index,
+                 ("rope", q.dtype, tuple(q.shape), "half", half, "config", tuple(config)))
+        plan = plans.make(key, (*views, q, k, cos, sin), scalars, index, dense=False)
+    if call_key is not None:
+        plans.keep(call_key, plan)
 
 
 @functools.cache
