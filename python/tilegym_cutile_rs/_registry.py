@@ -95,11 +95,13 @@ class TorchOp:
     reference: the operator's outputs computed by torch in float32 from the same arguments
         (floating tensors upcast, detached): a tensor or a tuple, None in a tuple for an
         output it does not define (attention_sink_train's lse); for an operator that writes
-        an argument, that argument's expected value. Differentiable, so the generic GPU test
-        also compares an operator's gradients (where it has a backward) with the reference's.
-    tolerances: by the dtype name of the operator's first tensor argument, how close its
-        outputs and gradients must be to the reference's; the op's own tests read theirs
-        from here too.
+        an argument, that argument's expected value. Where the operator has a backward,
+        differentiable, so the generic GPU test also compares its gradients with the
+        reference's; a backward operator's reference is the forward reference's
+        vector-Jacobian product (torch.func.vjp).
+    tolerances: by the dtype name of the operator's first tensor argument (`tolerance(args)`),
+        how close its outputs and gradients must be to the reference's; an op's own tests
+        may read their bounds from the same table.
     """
 
     name: str
@@ -112,3 +114,8 @@ class TorchOp:
     torch_gradient: bool = False
     reference: Callable[..., Any] | None = None
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+
+    def tolerance(self, args: Sequence[Any]) -> Tolerance:
+        """The declared tolerance for a call with `args`: by its first tensor argument's dtype."""
+        first = next(a for a in args if hasattr(a, "dtype") and hasattr(a, "shape"))
+        return self.tolerances[str(first.dtype).removeprefix("torch.")]

@@ -837,6 +837,15 @@ def _position(start_q: Any) -> int:
     return int(start_q) if isinstance(start_q, int) else int(start_q.item())
 
 
+def _reference_forward(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sinks: torch.Tensor, sm_scale: float, sliding_window: int,
+    start_q: Any, *config: Any,
+) -> torch.Tensor:
+    """`reference` with the operators' arguments (start_q an int or a one-element tensor; a
+    trailing config ignored)."""
+    return reference(query, key, value, sinks, sm_scale, sliding_window, _position(start_q))
+
+
 def _reference_backward(
     dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     sinks: torch.Tensor, sm_scale: float, sliding_window: int, start_q: Any,
@@ -844,8 +853,9 @@ def _reference_backward(
     """dq, dk, dv and dsinks of the reference at dout (out and lse are the kernel's own state)."""
     import torch
 
-    q, k, v, s = inputs = tuple(t.requires_grad_() for t in (query, key, value, sinks))
-    return torch.autograd.grad(reference(q, k, v, s, sm_scale, sliding_window, _position(start_q)), inputs, dout, create_graph=True)
+    forward = functools.partial(_reference_forward, sm_scale=sm_scale, sliding_window=sliding_window, start_q=start_q)
+    grads: tuple[Any, ...] = torch.func.vjp(forward, query, key, value, sinks)[1](dout)
+    return grads
 
 
 # The forward's (atol 5e-2, rtol 1e-2) and the gradients' (atol 2e-2, rtol 2e-2) bounds in one, both
@@ -860,16 +870,14 @@ TORCH_OPS = (
         "attention_sink", _SCHEMA.format("int"), _op_attention_sink, _fake_attention_sink,
         example=lambda d: (_torch_ops.sample(d, 2, 33, 2, 4, 64), _torch_ops.sample(d, 2, 40, 2, 64), _torch_ops.sample(d, 2, 40, 2, 64),
                            _torch_ops.sample(d, 8, dtype="float32"), 0.125, 16, 7, []),
-        reference=lambda q, k, v, s, scale, window, start, config: reference(q, k, v, s, scale, window, _position(start)),
-        tolerances=TOLERANCES,
+        reference=_reference_forward, tolerances=TOLERANCES,
     ),
     _registry.TorchOp(
         "attention_sink.start_tensor", _SCHEMA.format("Tensor"), _op_attention_sink, _fake_attention_sink,
         # decode: one query at position 49 of a 50-key cache, the position a device tensor
         example=lambda d: (_torch_ops.sample(d, 1, 1, 2, 4, 64), _torch_ops.sample(d, 1, 50, 2, 64), _torch_ops.sample(d, 1, 50, 2, 64),
                            _torch_ops.sample(d, 8), 0.125, 0, _torch_ops.int32_tensor(d, 49), []),
-        reference=lambda q, k, v, s, scale, window, start, config: reference(q, k, v, s, scale, window, _position(start)),
-        tolerances=TOLERANCES,
+        reference=_reference_forward, tolerances=TOLERANCES,
     ),
     *(
         op
@@ -879,7 +887,7 @@ TORCH_OPS = (
                 "attention_sink_train" + name, _TRAIN_SCHEMA.format(start), _op_attention_sink_train, _fake_attention_sink_train,
                 _backward_attention_sink_train, _setup_attention_sink_train,
                 example=functools.partial(_train_example, start_tensor=bool(name)),
-                reference=lambda q, k, v, s, scale, window, start: (reference(q, k, v, s, scale, window, _position(start)), None),
+                reference=lambda *args: (_reference_forward(*args), None),
                 tolerances=TOLERANCES,
             ),
             _registry.TorchOp(
