@@ -53,14 +53,15 @@ def test_llama_layout_forward_and_gradients(dtype: torch.dtype, b: int, hq: int,
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("hq, hk", [(32, 8), (28, 4), (5, 3)])
-def test_every_head_block_and_hint_agrees(dtype: torch.dtype, hq: int, hk: int) -> None:
-    """Each number of heads a step the tuner may pick, and hints, give the reference both ways,
-    and a repeated call (its descriptors reused) reads the new data."""
+def test_every_split_and_hint_agrees(dtype: torch.dtype, hq: int, hk: int) -> None:
+    """Each split of the heads over CTAs the tuner may pick (partial last blocks included), and
+    hints, give the reference both ways, and a repeated call (its descriptors reused) reads the
+    new data."""
     torch.manual_seed(0)
     q, k = torch.randn(2, 9, hq, 128, device="cuda", dtype=dtype).transpose(1, 2), torch.randn(2, 9, hk, 128, device="cuda", dtype=dtype).transpose(1, 2)
     cos, sin = tables(2, 9, 128, dtype)
-    blocks = {c.head_block for c in rp._tuning_candidates(("bfloat16", 18, hq, hk, 128, 64))}
-    for config in [rp.RopeConfig(b) for b in sorted(blocks)] + [rp.RopeConfig(min(blocks), 8, 4)]:
+    blocks = {c.blocks for c in rp._tuning_candidates(("bfloat16", 18, hq, hk, 128, 64))}
+    for config in [rp.RopeConfig(b) for b in sorted(blocks)] + [rp.RopeConfig(max(blocks), 16, 4)]:
         for x, y in ((q, k), (q * 2, k - 1)):
             for got, want in zip(tilegym_cutile_rs.rope(x, y, cos, sin, config=config), rp.reference(x, y, cos, sin), strict=True):
                 torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])

@@ -12,26 +12,49 @@ from .. import _choice, _device, _op, _registry, _torch_ops, _tuned
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["RopeConfig", "rope", "rope_config", "rope_rule"]
+__all__ = ["RopeConfig", "rope", "rope_config", "rope_rule", "rope_splits"]
 
 EXPORT = "cutile_rope"
 SUPPORTED = ("float32", "float16", "bfloat16")
 
 
 class RopeConfig(NamedTuple):
-    """A rope launch (one CTA per batch and position rotates every head of q and k):
-    `head_block` heads a step (a power of two: at least the heads' tile, all in one step, or a
-    divisor of the head counts),
-    `occupancy` CTAs per SM and `warps` worker warps per CTA (0: tileiras' choice)."""
+    """A rope launch: `blocks` CTAs per position, each rotating a block of q's heads and one
+    of k's (powers of two, in as many blocks for both: `rope_splits` lists them), `occupancy`
+    CTAs per SM and `warps` worker warps per CTA (0: tileiras' choice)."""
 
-    head_block: int
+    blocks: int
     occupancy: int = 0
     warps: int = 0
 
 
+def rope_splits(heads_q: int, heads_k: int) -> dict[int, tuple[int, int]]:
+    """The ways to spread a position's heads over CTAs: {blocks: (q heads, k heads) a block},
+    where both tiles are powers of two falling in that many blocks (the last may be partial)."""
+    splits: dict[int, tuple[int, int]] = {}
+    for tile_q in (1 << i for i in range(max(heads_q, 1).bit_length() + 1)):
+        blocks = -(-heads_q // tile_q)
+        tile_k = _op.next_pow2(-(-heads_k // blocks))
+        if -(-heads_k // tile_k) == blocks:
+            splits.setdefault(blocks, (tile_q, tile_k))
+    return splits
+
+
+def _tiles(heads_q: int, heads_k: int, blocks: int) -> tuple[int, int]:
+    splits = rope_splits(heads_q, heads_k)
+    if blocks not in splits:
+        raise ValueError(
+            f"RopeConfig.blocks = {blocks}: {heads_q} q heads and {heads_k} k heads split into power-of-two blocks of as many "
+            f"CTAs only as {sorted(splits)}; pass one of those"
+        )
+    return splits[blocks]
+
+
 def rope_rule(rows: int, heads_q: int, heads_k: int, head_dim: int, half: int, dtype: torch.dtype | str) -> RopeConfig:
-    """The config where no fitted table applies: every head in one step, tileiras' hints."""
-    return RopeConfig(_op.next_pow2(max(heads_q, heads_k)))
+    """The config where no fitted table applies: the split whose q block holds the nearest to
+    1024 elements (8 heads of 128), tileiras' hints."""
+    splits = rope_splits(heads_q, heads_k)
+    return RopeConfig(min(splits, key=lambda b: (abs((splits[b][0] * head_dim).bit_length() - 11), b)))
 
 
 def rope_config(rows: int, heads_q: int, heads_k: int, head_dim: int, half: int, dtype: torch.dtype | str,
@@ -157,9 +180,9 @@ def _launch_into(q_out: torch.Tensor, k_out: torch.Tensor, q: torch.Tensor, k: t
         plan.run(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(), cos.data_ptr(), sin.data_ptr())
     else:
         b, hq, s, d = q.shape
-        head_block, occupancy, warps = config
+        blocks, occupancy, warps = config
         views = (q_out.transpose(1, 2).reshape(b * s, hq, d), k_out.transpose(1, 2).reshape(b * s, k.shape[1], d))
-        scalars = (sign, half, _op.next_pow2(hq), _op.next_pow2(k.shape[1]), head_block, occupancy, warps)
+        scalars = (sign, half, *_tiles(hq, k.shape[1], blocks), occupancy, warps)
         _op.call("rope", EXPORT, (*_op.tensor_descs(*views, q, k, cos, sin), *scalars), index,
                  ("rope", q.dtype, tuple(q.shape), "half", half, "config", tuple(config)))
         plan = plans.make(key, (*views, q, k, cos, sin), scalars, index, dense=False)
@@ -205,7 +228,7 @@ def rope(
     another. Half of `rotary_dim` must be a power of two dividing D. Returns new tensors of
     q's and k's shapes, `[B, S, H, D]` memory seen as `[B, H, S, D]`. Gradients flow to q and
     k through the same kernel (the inverse rotation); cos and sin take none.
-    `config=RopeConfig(head_block, occupancy, warps)` overrides the heuristic (`rope_config`),
+    `config=RopeConfig(blocks, occupancy, warps)` overrides the heuristic (`rope_config`),
     both ways.
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.rope.
     """
@@ -412,13 +435,11 @@ TUNING_ROWS = (4096, 8192, 64)
 
 
 def _tuning_candidates(problem: _tuned.Problem) -> list[RopeConfig]:
-    """The sweep's configs: all heads a step, or 4, 8 or 16 where that divides both head counts
-    (or covers k's tile), each with tileiras' choice of warps, 4 or 8, at its occupancy or 4 or
-    8 CTAs per SM (tileiras takes no fewer than 4 warps)."""
+    """The sweep's configs: every split of the heads (`rope_splits`), each with tileiras' choice
+    of warps or 4, at its occupancy or 8 or 16 CTAs per SM (tileiras takes no fewer than 4
+    warps)."""
     _, rows, hq, hk, d, half = problem
-    whole = _op.next_pow2(max(hq, hk))
-    blocks = {b for b in (4, 8, 16) if b < whole and hq % b == 0 and (hk % b == 0 or b >= _op.next_pow2(hk))} | {whole}
-    return sorted({RopeConfig(b, occupancy, warps) for b in blocks for occupancy in (0, 4, 8) for warps in (0, 4, 8)})
+    return sorted(RopeConfig(b, occupancy, warps) for b in rope_splits(hq, hk) for occupancy in (0, 8, 16) for warps in (0, 4))
 
 
 def _tuning_bench(problem: _tuned.Problem, device: Any) -> Any:

@@ -6,10 +6,9 @@ use crate::abi::{ffi_guard, read_desc, TensorDesc};
 /// tables cos and sin (`[Bc, S, >= half]` views, Bc 1 or B; their first `half` entries per
 /// position read) into the contiguous `q_out` (`[B * S, Hq, D]`) and `k_out`
 /// (`[B * S, Hk, D]`): the first `2 * half` dims rotated (rotate-half layout), the rest
-/// copied. `sign` -1 applies the inverse rotation (the backward). `heads_q` and `heads_k`
-/// are the tiles' head counts (powers of two covering Hq and Hk); `head_block` (a power of
-/// two) heads of each are rotated a step, or all of them where it is at least their tile;
-/// fewer than a tile must divide the heads.
+/// copied. `sign` -1 applies the inverse rotation (the backward). One CTA per position and
+/// head block rotates `tile_q` heads of q and `tile_k` of k (powers of two, in as many
+/// blocks: ceil(Hq / tile_q) == ceil(Hk / tile_k)).
 /// `occupancy` and `warps` > 0 are tileiras hints. Enqueued on `stream` (a CUstream on `device`) and not waited for.
 /// Returns a `CUTILE_*` status.
 ///
@@ -27,9 +26,8 @@ pub unsafe extern "C" fn cutile_rope(
     sin: *const TensorDesc,
     sign: f32,
     half: i32,
-    heads_q: i32,
-    heads_k: i32,
-    head_block: i32,
+    tile_q: i32,
+    tile_k: i32,
     occupancy: i32,
     warps: i32,
     device: i32,
@@ -39,6 +37,6 @@ pub unsafe extern "C" fn cutile_rope(
         let (q_out, k_out) = unsafe { (read_desc(q_out, "q_out")?, read_desc(k_out, "k_out")?) };
         let (q, k) = unsafe { (read_desc(q, "q")?, read_desc(k, "k")?) };
         let (cos, sin) = unsafe { (read_desc(cos, "cos")?, read_desc(sin, "sin")?) };
-        super::launch::rope(&q_out, &k_out, &q, &k, &cos, &sin, sign, half, [heads_q, heads_k], head_block, occupancy, warps, device, stream)
+        super::launch::rope(&q_out, &k_out, &q, &k, &cos, &sin, sign, half, [tile_q, tile_k], occupancy, warps, device, stream)
     })
 }

@@ -45,28 +45,30 @@ fn check_tables(cos: &CheckedTensor, sin: &CheckedTensor, b: i32, s: i32, half: 
     Ok(())
 }
 
-/// The launch: both outputs in `[1, heads, D]` tiles (one CTA per batch and position),
-/// `head_block` heads of each a step (at most their tile).
+/// The launch: q_out in `[1, tile_q, D]` tiles and k_out in `[1, tile_k, D]`, one CTA per
+/// (batch x position, head block); both have the same number of head blocks.
 fn describe<'a>(
     [q_out, k_out, q, k, cos, sin]: [&'a CheckedTensor; 6],
     sign: f32,
-    [half, heads_q, heads_k, head_block]: [i32; 4],
+    [half, tile_q, tile_k]: [i32; 3],
     hints: Hints,
 ) -> Launch<'a> {
     let d = q.shape[3];
     let params = vec![
-        Param::Out("q_out", q_out, vec![1, heads_q, d]),
-        Param::Out("k_out", k_out, vec![1, heads_k, d]),
+        Param::Out("q_out", q_out, vec![1, tile_q, d]),
+        Param::Out("k_out", k_out, vec![1, tile_k, d]),
         Param::In("q", q),
         Param::In("k", k),
         Param::In("cos", cos),
         Param::In("sin", sin),
         Param::F32("sign", sign),
     ];
-    Launch { module: KERNELS, kernel: "rope", generics: Generic::list(&[q.dtype], &[heads_q, heads_k, head_block.min(heads_q), head_block.min(heads_k), d, half]),
-        hints,
-        params,
-    }
+    Launch { module: KERNELS, kernel: "rope", generics: Generic::list(&[q.dtype], &[tile_q, tile_k, d, half]), hints, params }
+}
+
+/// The head blocks of `heads` heads in tiles of `tile`.
+fn blocks(heads: i32, tile: i32) -> i32 {
+    (heads + tile - 1) / tile
 }
 
 // The C export's flat scalar parameters, passed straight through.
@@ -80,8 +82,7 @@ pub fn rope(
     sin: &CheckedTensor,
     sign: f32,
     half: i32,
-    [heads_q, heads_k]: [i32; 2],
-    head_block: i32,
+    [tile_q, tile_k]: [i32; 2],
     occupancy: i32,
     warps: i32,
     device: i32,
@@ -95,11 +96,8 @@ pub fn rope(
         )));
     }
     check_tables(cos, sin, b, s, half, q.dtype)?;
-    for (name, out, x, heads) in [("q_out", q_out, q, heads_q), ("k_out", k_out, k, heads_k)] {
-        check_block(if name == "q_out" { "heads_q" } else { "heads_k" }, heads)?;
-        if heads < x.shape[1] {
-            return Err(OpError::invalid(format!("{name}: a tile of {heads} heads must cover {} heads", x.shape[1])));
-        }
+    for (name, out, x, tile) in [("q_out", q_out, q, tile_q), ("k_out", k_out, k, tile_k)] {
+        check_block(if name == "q_out" { "tile_q" } else { "tile_k" }, tile)?;
         if out.shape != [b * s, x.shape[1], d] || out.dtype != x.dtype || !out.is_contiguous() {
             return Err(OpError::invalid(format!(
                 "{name} must be a contiguous [{}, {}, {d}] of dtype {:?}; got {:?} {:?} strides {:?}",
@@ -112,15 +110,22 @@ pub fn rope(
             )));
         }
     }
-    check_block("head_block", head_block)?;
-    // A step of fewer heads than the tile stores its block whole: no padding head in it.
-    for (x, heads) in [(q, heads_q), (k, heads_k)] {
-        if head_block < heads && x.shape[1] % head_block != 0 {
-            return Err(OpError::invalid(format!(
-                "head_block = {head_block}: a step of fewer heads than the tile ({heads}) must divide the {} heads; pass {heads} or a divisor",
-                x.shape[1]
-            )));
-        }
+    if (q.shape[1] == 0) != (k.shape[1] == 0) {
+        return Err(OpError::invalid(format!(
+            "rope rotates q and k together: both need heads, or neither; got {} q heads and {} k heads",
+            q.shape[1],
+            k.shape[1]
+        )));
+    }
+    // One grid serves both: q's and k's heads in as many blocks (each block holds a head, so
+    // no store lands wholly past a tensor's heads).
+    let (blocks_q, blocks_k) = (blocks(q.shape[1], tile_q), blocks(k.shape[1], tile_k));
+    if blocks_q != blocks_k {
+        return Err(OpError::invalid(format!(
+            "tile_q = {tile_q}, tile_k = {tile_k}: {} q heads and {} k heads must fall in as many blocks; got {blocks_q} and {blocks_k}",
+            q.shape[1],
+            k.shape[1]
+        )));
     }
     if !sign.is_finite() {
         return Err(OpError::invalid(format!("sign = {sign}: must be finite (1 forward, -1 backward)")));
@@ -133,7 +138,7 @@ pub fn rope(
     // are whole tiles (a static extent, so no per-lane mask).
     let narrowed = |t: &CheckedTensor| CheckedTensor { shape: vec![t.shape[0], t.shape[1], half], ..t.clone() };
     let (cos, sin) = (&narrowed(cos), &narrowed(sin));
-    let launch = describe([q_out, k_out, q, k, cos, sin], sign, [half, heads_q, heads_k, head_block], hints);
+    let launch = describe([q_out, k_out, q, k, cos, sin], sign, [half, tile_q, tile_k], hints);
     let all = [q_out, k_out, q, k, cos, sin];
     launch::enqueue_launch("rope", &launch, device, stream, |first| match q.dtype {
         DType::F32 => launch_first::<f32>(first, &launch, all),
@@ -168,7 +173,7 @@ mod tests {
         let (qo, ko) = (view(&[14, 32, 128], &[4096, 128, 1]), view(&[14, 8, 128], &[1024, 128, 1]));
         let cos = view(&[2, 7, 64], &[896, 128, 1]);
         let hints = Hints::checked(0, 0).unwrap();
-        crate::launch::signature::assert_matches_kernel(&describe([&qo, &ko, &q, &k, &cos, &cos], 1.0, [64, 32, 8, 16], hints));
+        crate::launch::signature::assert_matches_kernel(&describe([&qo, &ko, &q, &k, &cos, &cos], 1.0, [64, 8, 2], hints));
     }
 
     #[test]
