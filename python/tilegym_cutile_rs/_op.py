@@ -1,6 +1,7 @@
 """The call into the library, written once: an op's C export called under the watchdog
 (_progress), a failure turned into the exception its status stands for (_abi.check_status),
-and plans, the per-call fast path that reuses a launch's descriptors.
+and plans, the per-call fast path that reuses a launch's descriptors (`launch`: any repeated
+launch; `Plans.reusable`: an op's public call seen before).
 
 An op module (`ops/<op>.py`, or a package) keeps only what is its own: argument validation,
 how its tensors map to the kernel's views, its config type and heuristic (chosen through
@@ -75,7 +76,7 @@ class Plan:
     call's descriptors and scalars (only the descriptors' data pointers change per call).
     The library checks every descriptor again, so a plan can cost time, never safety."""
 
-    __slots__ = ("descs", "args", "launch", "stream", "index", "what", "thread", "made_in", "op", "torch", "dense")
+    __slots__ = ("descs", "args", "launch", "stream", "index", "what", "thread", "op", "torch", "dense")
 
     def __init__(
         self,
@@ -84,13 +85,12 @@ class Plan:
         tensors: Sequence[torch.Tensor],
         args: Sequence[Any],
         index: int,
-        made_in: int,
         dense: bool,
     ) -> None:
         import torch
 
         self.torch = torch  # the fast path runs without an `import torch` statement
-        self.op, self.index, self.made_in = op, index, made_in
+        self.op, self.index = op, index
         self.descs, self.args = tensor_descs(*tensors), tuple(args)
         # The descriptors first, then the op's scalars and config; device and stream are appended per call.
         self.launch = functools.partial(getattr(_library.library(), export), *self.descs, *args, index)
@@ -115,7 +115,7 @@ class Plan:
             _abi.check_status(status, self.op, hint=_hint(status, slot, self.what))
 
 
-_NO_PLANS: dict[Any, Plan] = {}  # what a thread without plans looks up; never written
+_NO_PLANS: dict[Any, tuple[int, Plan]] = {}  # what a thread without plans looks up; never written
 
 
 class Plans:
@@ -129,17 +129,18 @@ class Plans:
         self.generation = 0
         self._local = threading.local()
 
-    def _table(self) -> dict[Any, Plan]:
+    def _table(self) -> dict[Any, tuple[int, Plan]]:
+        """This thread's plans, each with the generation it was kept in."""
         try:
-            table: dict[Any, Plan] = self._local.plans
+            table: dict[Any, tuple[int, Plan]] = self._local.plans
         except AttributeError:
             table = self._local.plans = {}
         return table
 
     def get(self, key: Any) -> Plan | None:
         """This thread's plan for `key`, if it is still current (the per-call fast path)."""
-        plan: Plan | None = getattr(self._local, "plans", _NO_PLANS).get(key)
-        return plan if plan is not None and plan.made_in == self.generation else None
+        kept = getattr(self._local, "plans", _NO_PLANS).get(key)
+        return kept[1] if kept is not None and kept[0] == self.generation else None
 
     def reusable(self, key: Any, *tensors: Any) -> Plan | None:
         """This thread's current plan for `key` where a public call may run it: its tensors plain
@@ -156,7 +157,7 @@ class Plans:
     def make(self, key: Any, tensors: Sequence[torch.Tensor], args: Sequence[Any], index: int, dense: bool) -> Plan:
         """This thread's plan for `key`: the export bound to descriptors of `tensors` (in the
         export's order) and `args`; `dense` as `Plan.dense`."""
-        plan = Plan(self.op, self.export, tensors, args, index, self.generation, dense)
+        plan = Plan(self.op, self.export, tensors, args, index, dense)
         self.keep(key, plan)
         return plan
 
@@ -167,10 +168,32 @@ class Plans:
         table = self._table()
         if len(table) >= self.MAX:
             table.clear()
-        table[key] = plan
+        table[key] = (self.generation, plan)
 
     def invalidate(self) -> None:
         self.generation += 1
+
+
+_launch_plans: dict[str, Plans] = {}  # per export: the plans `launch` keys by the whole launch
+
+
+def launch(op: str, export: str, tensors: Sequence[torch.Tensor], args: Sequence[Any], index: int,
+           what: tuple[Any, ...]) -> Plan:
+    """`call` of `export` on descriptors of `tensors` (in the export's order), then `args`: a
+    launch repeated on this thread (every tensor's shape, strides and dtype, the same `args`
+    and device) reuses the first one's descriptors, rebinding only the data pointers (a
+    launch-bound call, e.g. a training step's backward, saves building them). Returns the plan
+    (a public call's fast path may keep it under its own key too)."""
+    plans = _launch_plans.get(export)
+    if plans is None:
+        plans = _launch_plans.setdefault(export, Plans(op, export))
+    key = (index, *args, *[(t.shape, t.stride(), t.dtype) for t in tensors])
+    plan = plans.get(key)
+    if plan is not None:
+        plan.run(*[t.data_ptr() for t in tensors])
+        return plan
+    call(op, export, (*tensor_descs(*tensors), *args), index, what)
+    return plans.make(key, tensors, args, index, dense=False)
 
 
 _warned_kwargs: set[tuple[str, str]] = set()

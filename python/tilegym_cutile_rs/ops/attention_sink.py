@@ -343,8 +343,8 @@ def _launch_lse(
 ) -> None:
     """The one-pass forward that also saves each row's lse (a split config runs unsplit)."""
     what = ("attention_sink lse", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
-    descs = _op.tensor_descs(out, lse, q3, k3, v3, sinks, start)
-    _op.call("attention_sink lse", TRAIN_FORWARD, (*descs, scale, window, group, d, *_unsplit(config)), index, what)
+    _op.launch("attention_sink lse", TRAIN_FORWARD, (out, lse, q3, k3, v3, sinks, start), (scale, window, group, d, *_unsplit(config)),
+               index, what)
 
 
 def _launch_backward(
@@ -354,8 +354,7 @@ def _launch_backward(
     """grads = (dq, dk, dv, delta, dsink, dout, lse), saved = (out, q3, k3, v3, sinks, start)."""
     q3, k3 = saved[1], saved[2]
     what = ("attention_sink backward", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
-    _op.call("attention_sink backward", BACKWARD, (*_op.tensor_descs(*grads, *saved), scale, window, group, d, *_unsplit(config)), index,
-             what)
+    _op.launch("attention_sink backward", BACKWARD, (*grads, *saved), (scale, window, group, d, *_unsplit(config)), index, what)
 
 
 def _unsplit(config: AttentionSinkConfig) -> tuple[int, ...]:
@@ -462,8 +461,7 @@ def _launch(
     heads = q3.shape[2] // d
     acc, ml = _partials(out, heads, config.splits)
     what = ("attention_sink", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
-    descs = _op.tensor_descs(out, q3, k3, v3, sinks, start, acc, ml)
-    _op.call("attention_sink", EXPORT, (*descs, scale, window, group, d, *config), index, what)
+    _op.launch("attention_sink", EXPORT, (out, q3, k3, v3, sinks, start, acc, ml), (scale, window, group, d, *config), index, what)
 
 
 def attention_sink(

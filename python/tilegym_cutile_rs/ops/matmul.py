@@ -147,8 +147,7 @@ def _launch(c3: torch.Tensor, a3: torch.Tensor, b3: torch.Tensor, config: Matmul
     what = ("matmul", a3.dtype, tuple(a3.shape), tuple(b3.shape), "config", config)
     # The persistent kernel's CTAs (the library keeps them within the tiles, in whole clusters).
     ctas = _device.sm_count(index) * max(config.occupancy, 1)
-    args = (*_op.tensor_descs(c3, a3, b3), int(_tf32(a3.dtype)), ctas, *config)
-    _op.call("matmul", EXPORT, args, index, what)
+    _op.launch("matmul", EXPORT, (c3, a3, b3), (int(_tf32(a3.dtype)), ctas, *config), index, what)
 
 
 def _product(

@@ -40,7 +40,9 @@ def rope_splits(heads_q: int, heads_k: int) -> dict[int, tuple[int, int]]:
     return splits
 
 
+@functools.lru_cache(maxsize=256)
 def _tiles(heads_q: int, heads_k: int, blocks: int) -> tuple[int, int]:
+    """q's and k's heads a block for `blocks` blocks (every launch asks: memoised)."""
     splits = rope_splits(heads_q, heads_k)
     if blocks not in splits:
         raise ValueError(
@@ -173,19 +175,12 @@ def _launch_into(q_out: torch.Tensor, k_out: torch.Tensor, q: torch.Tensor, k: t
     """The kernel on q_out and k_out (as `_outputs` makes them). A launch seen before on this
     thread (every view's shape and strides, the scalars and config) reuses its descriptors:
     a decode step's rope is launch-bound."""
-    key = (q.shape, q.stride(), k.shape, k.stride(), cos.shape, cos.stride(), sin.shape, sin.stride(), q.dtype, index, half, sign,
-           tuple(config))
-    plan = plans.get(key)
-    if plan is not None:
-        plan.run(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(), cos.data_ptr(), sin.data_ptr())
-    else:
-        b, hq, s, d = q.shape
-        blocks, occupancy, warps = config
-        views = (q_out.transpose(1, 2).reshape(b * s, hq, d), k_out.transpose(1, 2).reshape(b * s, k.shape[1], d))
-        scalars = (sign, half, *_tiles(hq, k.shape[1], blocks), occupancy, warps)
-        _op.call("rope", EXPORT, (*_op.tensor_descs(*views, q, k, cos, sin), *scalars), index,
-                 ("rope", q.dtype, tuple(q.shape), "half", half, "config", tuple(config)))
-        plan = plans.make(key, (*views, q, k, cos, sin), scalars, index, dense=False)
+    b, hq, s, d = q.shape
+    blocks, occupancy, warps = config
+    views = (q_out.transpose(1, 2).reshape(b * s, hq, d), k_out.transpose(1, 2).reshape(b * s, k.shape[1], d))
+    scalars = (sign, half, *_tiles(hq, k.shape[1], blocks), occupancy, warps)
+    plan = _op.launch("rope", EXPORT, (*views, q, k, cos, sin), scalars, index,
+                      ("rope", q.dtype, tuple(q.shape), "half", half, "config", tuple(config)))
     if call_key is not None:
         plans.keep(call_key, plan)
 

@@ -106,14 +106,14 @@ def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool, backward:
 
 def _launch_forward(y2: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: SwigluConfig, index: int) -> None:
     what = ("swiglu", a2.dtype, tuple(a2.shape), "config", config)
-    _op.call("swiglu", FORWARD, (*_op.tensor_descs(y2, a2, b2), *config), index, what)
+    _op.launch("swiglu", FORWARD, (y2, a2, b2), tuple(config), index, what)
 
 
 def _launch_backward(
     dg: torch.Tensor, dy2: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: SwigluConfig, index: int
 ) -> None:
     what = ("swiglu backward", a2.dtype, tuple(a2.shape), "config", config)
-    _op.call("swiglu backward", BACKWARD, (*_op.tensor_descs(dg, dy2, a2, b2), *config), index, what)
+    _op.launch("swiglu backward", BACKWARD, (dg, dy2, a2, b2), tuple(config), index, what)
 
 
 def _backward(

@@ -21,8 +21,7 @@ chooser = _choice.Chooser("softmax", SoftmaxConfig, plans)
 
 
 def _launch(x2: torch.Tensor, y2: torch.Tensor, config: SoftmaxConfig, index: int) -> None:
-    desc = _op.tensor_descs(x2, y2)
-    _op.call("softmax", EXPORT, (*desc, *config), index, ("softmax", x2.dtype, tuple(x2.shape), "config", config))
+    _op.launch("softmax", EXPORT, (x2, y2), tuple(config), index, ("softmax", x2.dtype, tuple(x2.shape), "config", config))
 
 
 def _choose(x2: torch.Tensor, index: int, autotune: bool) -> SoftmaxConfig:
