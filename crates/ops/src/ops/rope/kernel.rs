@@ -21,8 +21,15 @@ pub mod rope_kernels {
     /// The first 2 * HALF dims rotated; with a partial rotary factor (2 * HALF < D) the
     /// HALF-wide blocks after them copied (the condition folds at compile time: tileiras
     /// refuses the copy loop where it has no iteration).
-    #[cutile::entry()]
-    fn rope<E: ElementType, const TQ: i32, const TK: i32, const D: i32, const HALF: i32>(
+    ///
+    /// # Safety
+    /// Accesses are unchecked: the batch and position come from a division of the block id,
+    /// which cutile cannot bound, so each load carried an in-kernel assert (about half the
+    /// instructions a CTA ran, docs/benchmarks.md "rope"). The caller guarantees every index
+    /// in range: a grid of B * S rows, q's and k's heads in as many blocks as the grid's
+    /// second axis, tables of 1 or B batches (launch.rs checks each).
+    #[cutile::entry(unchecked_accesses = true)]
+    unsafe fn rope<E: ElementType, const TQ: i32, const TK: i32, const D: i32, const HALF: i32>(
         q_out: &mut Tensor<E, { [1, TQ, D] }>,
         k_out: &mut Tensor<E, { [1, TK, D] }>,
         q: &Tensor<E, { [-1, -1, -1, D] }>,

@@ -153,9 +153,14 @@ fn launch_first<T: cutile::DType>(first: &FirstLaunch, launch: &Launch, [q_out, 
     let tensor = |t: &CheckedTensor| unsafe { first.borrow::<T>(t) };
     crate::typed_launch!(first, {
         let (mut qo, mut ko, qt, kt, ct, st) = (tensor(q_out), tensor(k_out), tensor(q), tensor(k), tensor(cos), tensor(sin));
-    } rope_kernels::rope(
-        (&mut qo).partition(launch.tile::<3>("q_out")), (&mut ko).partition(launch.tile::<3>("k_out")),
-        &qt, &kt, &ct, &st, launch.float("sign")))
+    } unsafe {
+        // SAFETY: the kernel's loads are unchecked; `rope` checked every index it takes on the
+        // host: batch x position < the grid's rows, head blocks ceil(heads / tile) for q and k
+        // alike, the table batch clamped to cos's, and every view's extents against q's.
+        rope_kernels::rope(
+            (&mut qo).partition(launch.tile::<3>("q_out")), (&mut ko).partition(launch.tile::<3>("k_out")),
+            &qt, &kt, &ct, &st, launch.float("sign"))
+    })
 }
 
 #[cfg(test)]
