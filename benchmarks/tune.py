@@ -91,11 +91,18 @@ def write_table(path: Path, table: str, arch: str, device: str, meta: dict[str, 
 
 
 def commit() -> str:
+    """TUNE_COMMIT (the commit of the wheel under test, where the checkout is not it), else the
+    checkout's HEAD, marked "-dirty" where tracked files differ from it (a copied working tree
+    over a stale .git records that, not a commit it is not)."""
     env = os.environ.get("TUNE_COMMIT")
     if env:
         return env
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, cwd=HERE).stdout.strip()
+        def git(*args: str) -> str:
+            return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=HERE).stdout.strip()
+
+        head = git("rev-parse", "--short", "HEAD")
+        return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
