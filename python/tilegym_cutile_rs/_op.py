@@ -192,8 +192,10 @@ def launch(op: str, export: str, tensors: Sequence[torch.Tensor], args: Sequence
     if plan is not None:
         plan.run(*[t.data_ptr() for t in tensors])
         return plan
-    call(op, export, (*tensor_descs(*tensors), *args), index, what)
-    return plans.make(key, tensors, args, index, dense=False)
+    plan = Plan(op, export, tensors, args, index, dense=False)
+    call(op, export, (*plan.descs, *args), index, what)  # the plan's descriptors: built once per new launch
+    plans.keep(key, plan)
+    return plan
 
 
 _warned_kwargs: set[tuple[str, str]] = set()
