@@ -71,23 +71,13 @@ fn blocks(heads: i32, tile: i32) -> i32 {
     (heads + tile - 1) / tile
 }
 
-// The C export's flat scalar parameters, passed straight through.
-#[allow(clippy::too_many_arguments)]
-pub fn rope(
-    q_out: &CheckedTensor,
-    k_out: &CheckedTensor,
-    q: &CheckedTensor,
-    k: &CheckedTensor,
-    cos: &CheckedTensor,
-    sin: &CheckedTensor,
-    sign: f32,
+/// Every check the unchecked kernel's indices rely on (its entry is `unchecked_accesses`):
+/// returns (B, S, D).
+fn check_launch(
+    [q_out, k_out, q, k, cos, sin]: [&CheckedTensor; 6],
     half: i32,
     [tile_q, tile_k]: [i32; 2],
-    occupancy: i32,
-    warps: i32,
-    device: i32,
-    stream: u64,
-) -> OpResult<()> {
+) -> OpResult<(i32, i32, i32)> {
     let (b, s, d) = check_inputs(q, k)?;
     check_block("half", half)?;
     if 2 * half > d || d % half != 0 {
@@ -127,6 +117,27 @@ pub fn rope(
             k.shape[1]
         )));
     }
+    Ok((b, s, d))
+}
+
+// The C export's flat scalar parameters, passed straight through.
+#[allow(clippy::too_many_arguments)]
+pub fn rope(
+    q_out: &CheckedTensor,
+    k_out: &CheckedTensor,
+    q: &CheckedTensor,
+    k: &CheckedTensor,
+    cos: &CheckedTensor,
+    sin: &CheckedTensor,
+    sign: f32,
+    half: i32,
+    [tile_q, tile_k]: [i32; 2],
+    occupancy: i32,
+    warps: i32,
+    device: i32,
+    stream: u64,
+) -> OpResult<()> {
+    let (b, s, d) = check_launch([q_out, k_out, q, k, cos, sin], half, [tile_q, tile_k])?;
     if !sign.is_finite() {
         return Err(OpError::invalid(format!("sign = {sign}: must be finite (1 forward, -1 backward)")));
     }
@@ -154,9 +165,10 @@ fn launch_first<T: cutile::DType>(first: &FirstLaunch, launch: &Launch, [q_out, 
     crate::typed_launch!(first, {
         let (mut qo, mut ko, qt, kt, ct, st) = (tensor(q_out), tensor(k_out), tensor(q), tensor(k), tensor(cos), tensor(sin));
     } unsafe {
-        // SAFETY: the kernel's loads are unchecked; `rope` checked every index it takes on the
-        // host: batch x position < the grid's rows, head blocks ceil(heads / tile) for q and k
-        // alike, the table batch clamped to cos's, and every view's extents against q's.
+        // SAFETY: the kernel's loads are unchecked; `check_launch` checked every index it takes
+        // on the host: batch x position < the grid's rows, head blocks ceil(heads / tile) for q
+        // and k alike, the table batch clamped to cos's, and every view's extents against q's
+        // (the test every_launch_the_checks_accept_keeps_the_kernels_indices_in_range).
         rope_kernels::rope(
             (&mut qo).partition(launch.tile::<3>("q_out")), (&mut ko).partition(launch.tile::<3>("k_out")),
             &qt, &kt, &ct, &st, launch.float("sign"))
@@ -179,6 +191,40 @@ mod tests {
         let cos = view(&[2, 7, 64], &[896, 128, 1]);
         let hints = Hints::checked(0, 0).unwrap();
         crate::launch::signature::assert_matches_kernel(&describe([&qo, &ko, &q, &k, &cos, &cos], 1.0, [64, 8, 2], hints));
+    }
+
+    #[test]
+    fn every_launch_the_checks_accept_keeps_the_kernels_indices_in_range() {
+        // The kernel reads unchecked: for each accepted launch, the indices it computes from
+        // its grid (B * S rows, blocks head blocks) must land inside q, k, the tables and the outputs.
+        let (d, half) = (8, 4);
+        let mut accepted = 0;
+        for (b, s) in [(1, 1), (1, 5), (3, 1), (2, 7)] {
+            for (hq, hk) in [(1, 1), (4, 1), (5, 3), (8, 2), (28, 4), (3, 6)] {
+                for (tq, tk) in [(1, 1), (2, 1), (4, 1), (8, 2), (4, 2), (8, 8), (32, 4), (16, 2), (2, 4)] {
+                    for bc in [1, b] {
+                        let q = view(&[b, hq, s, d], &[s * hq * d, d, hq * d, 1]);
+                        let k = view(&[b, hk, s, d], &[s * hk * d, d, hk * d, 1]);
+                        let (qo, ko) = (view(&[b * s, hq, d], &[hq * d, d, 1]), view(&[b * s, hk, d], &[hk * d, d, 1]));
+                        let t = view(&[bc, s, 2 * half], &[s * 2 * half, 2 * half, 1]);
+                        if check_launch([&qo, &ko, &q, &k, &t, &t], half, [tq, tk]).is_err() {
+                            continue;
+                        }
+                        accepted += 1;
+                        let grid_blocks = blocks(hq, tq);
+                        for row in 0..b * s {
+                            let (batch, pos) = (row / s, row % s);
+                            assert!(batch < b && pos < s && batch.min(bc - 1) < bc);
+                        }
+                        for block in 0..grid_blocks {
+                            // each block starts inside both tensors' heads (a partial last block is masked)
+                            assert!(block * tq < hq && block * tk < hk, "b{b} s{s} {hq}/{hk} tiles {tq}/{tk} block {block}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(accepted > 50, "{accepted}");
     }
 
     #[test]
