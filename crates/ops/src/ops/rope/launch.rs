@@ -86,8 +86,8 @@ fn check_launch(
         )));
     }
     check_tables(cos, sin, b, s, half, q.dtype)?;
-    for (name, out, x, tile) in [("q_out", q_out, q, tile_q), ("k_out", k_out, k, tile_k)] {
-        check_block(if name == "q_out" { "tile_q" } else { "tile_k" }, tile)?;
+    for (name, out, x, tile_name, tile) in [("q_out", q_out, q, "tile_q", tile_q), ("k_out", k_out, k, "tile_k", tile_k)] {
+        check_block(tile_name, tile)?;
         if out.shape != [b * s, x.shape[1], d] || out.dtype != x.dtype || !out.is_contiguous() {
             return Err(OpError::invalid(format!(
                 "{name} must be a contiguous [{}, {}, {d}] of dtype {:?}; got {:?} {:?} strides {:?}",
