@@ -46,7 +46,9 @@ fn check_tables(cos: &CheckedTensor, sin: &CheckedTensor, b: i32, s: i32, half: 
 }
 
 /// The launch: q_out in `[1, tile_q, D]` tiles and k_out in `[1, tile_k, D]`, one CTA per
-/// (batch x position, head block); both have the same number of head blocks.
+/// (batch x position, head block); both have the same number of head blocks. The last two
+/// generics say whether tile_q (tile_k) divides q's (k's) heads: the kernel then loads with
+/// the head axis proven in bounds.
 fn describe<'a>(
     [q_out, k_out, q, k, cos, sin]: [&'a CheckedTensor; 6],
     sign: f32,
@@ -63,7 +65,9 @@ fn describe<'a>(
         Param::In("sin", sin),
         Param::F32("sign", sign),
     ];
-    Launch { module: KERNELS, kernel: "rope", generics: Generic::list(&[q.dtype], &[tile_q, tile_k, d, half]), hints, params }
+    let exact = |x: &CheckedTensor, tile: i32| i32::from(x.shape[1] % tile == 0);
+    let generics = Generic::list(&[q.dtype], &[tile_q, tile_k, d, half, exact(q, tile_q), exact(k, tile_k)]);
+    Launch { module: KERNELS, kernel: "rope", generics, hints, params }
 }
 
 /// The head blocks of `heads` heads in tiles of `tile`.
@@ -219,6 +223,13 @@ mod tests {
                         for block in 0..grid_blocks {
                             // each block starts inside both tensors' heads (a partial last block is masked)
                             assert!(block * tq < hq && block * tk < hk, "b{b} s{s} {hq}/{hk} tiles {tq}/{tk} block {block}");
+                        }
+                        // A head axis the kernel loads as proven in bounds holds every block whole.
+                        let launch = describe([&qo, &ko, &q, &k, &t, &t], 1.0, [half, tq, tk], Hints::checked(0, 0).unwrap());
+                        for (exact, heads, tile) in [(&launch.generics[5], hq, tq), (&launch.generics[6], hk, tk)] {
+                            if *exact == Generic::Int(1) {
+                                assert!(grid_blocks * tile <= heads, "{heads} heads in {grid_blocks} blocks of {tile}");
+                            }
                         }
                     }
                 }
