@@ -145,12 +145,14 @@ class Plans:
     def reusable(self, key: Any, *tensors: Any) -> Plan | None:
         """This thread's current plan for `key` where a public call may run it: its tensors plain
         (a subclass takes the dispatching path) and none asking autograd for a gradient."""
-        plan = self.get(key)
-        if plan is None:
+        kept = getattr(self._local, "plans", _NO_PLANS).get(key)  # `get`, inlined: every public call runs this
+        if kept is None or kept[0] != self.generation:
             return None
-        tensor, grad = plan.torch.Tensor, plan.torch.is_grad_enabled()
+        plan: Plan = kept[1]
+        torch = plan.torch
         for t in tensors:
-            if type(t) is not tensor or (grad and t.requires_grad):
+            # requires_grad first: the grad-mode query is a call, and almost never needed.
+            if type(t) is not torch.Tensor or (t.requires_grad and torch.is_grad_enabled()):
                 return None
         return plan
 
