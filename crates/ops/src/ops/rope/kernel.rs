@@ -99,17 +99,10 @@ pub mod rope_kernels {
     ) -> Tile<E, { [1, TH, 1, HALF] }> {
         // SAFETY: the host checks batch, pos and block against x (launch.rs, check_launch), and
         // j < D / HALF; EXACT is 1 only where the head block divides the heads.
-        if EXACT == 1i32 {
-            let (x, _): (Tile<E, { [1, TH, 1, HALF] }>, Token) = unsafe {
-                load_view_raw(xp, [batch, block, pos, j], None, ordering::Weak, scope::TileBlock, tma::Disabled, None, [true, true, true, true], shape![1, TH, 1, HALF])
-            };
-            x
-        } else {
-            let (x, _): (Tile<E, { [1, TH, 1, HALF] }>, Token) = unsafe {
-                load_view_raw(xp, [batch, block, pos, j], None, ordering::Weak, scope::TileBlock, tma::Disabled, None, [true, false, true, true], shape![1, TH, 1, HALF])
-            };
-            x
-        }
+        let (x, _): (Tile<E, { [1, TH, 1, HALF] }>, Token) = unsafe {
+            load_view_raw(xp, [batch, block, pos, j], None, ordering::Weak, scope::TileBlock, tma::Disabled, None, [true, EXACT == 1i32, true, true], shape![1, TH, 1, HALF])
+        };
+        x
     }
 
     /// Head block `block` (TH heads; past x's heads, undefined lanes the store drops) of x at (`batch`, `pos`) rotated into `out`'s first two HALF-wide blocks.
