@@ -145,10 +145,9 @@ class Plans:
     def reusable(self, key: Any, *tensors: Any) -> Plan | None:
         """This thread's current plan for `key` where a public call may run it: its tensors plain
         (a subclass takes the dispatching path) and none asking autograd for a gradient."""
-        kept = getattr(self._local, "plans", _NO_PLANS).get(key)  # `get`, inlined: every public call runs this
-        if kept is None or kept[0] != self.generation:
+        plan = self.get(key)
+        if plan is None:
             return None
-        plan: Plan = kept[1]
         torch = plan.torch
         for t in tensors:
             # requires_grad first: the grad-mode query is a call, and almost never needed.
