@@ -8,19 +8,29 @@ use cutile_ops::swiglu::kernel::swiglu_kernels::__module_ast_self;
 
 const H: i32 = 4096;
 
-fn lower_and_assemble(kernel: &str, dtype: &str, tile: [i32; 2], strides: &[(&str, &[i32])]) {
-    let (bm, bn) = (tile[0].to_string(), tile[1].to_string());
-    common::lower_and_assemble(__module_ast_self, "swiglu_kernels", kernel, &[dtype, &bm, &bn], strides, &ARCHS);
+/// `exact`: whether the tile divides the rows and the columns (those axes load unmasked).
+fn lower_and_assemble(kernel: &str, dtype: &str, tile: [i32; 2], exact: [i32; 2], strides: &[(&str, &[i32])]) {
+    let [bm, bn, rx, cx] = [tile[0], tile[1], exact[0], exact[1]].map(|g| g.to_string());
+    common::lower_and_assemble(
+        __module_ast_self,
+        "swiglu_kernels",
+        kernel,
+        &[dtype, &bm, &bn, &rx, &cx],
+        strides,
+        &ARCHS,
+    );
 }
 
 #[test]
 fn forward_lowers_for_every_dtype_and_architecture() {
-    // silu_and_mul's halves: two views of one [M, 2H] tensor, row stride 2H.
-    for dtype in ["f32", "f16", "bf16"] {
+    // silu_and_mul's halves: two views of one [M, 2H] tensor, row stride 2H; tiles whole on
+    // both axes, on neither (Llama 2's 11008 in 1024-wide tiles, an odd M), and on one.
+    for (dtype, exact) in [("f32", [1, 1]), ("f16", [0, 0]), ("bf16", [1, 1]), ("bf16", [1, 0]), ("bf16", [0, 1])] {
         lower_and_assemble(
             "swiglu_forward",
             dtype,
             [4, 1024],
+            exact,
             &[("y", &[H, 1]), ("a", &[2 * H, 1]), ("b", &[2 * H, 1])],
         );
     }
@@ -29,9 +39,9 @@ fn forward_lowers_for_every_dtype_and_architecture() {
 #[test]
 fn backward_lowers_for_every_dtype_and_architecture() {
     // dg as silu_and_mul's dx [M, 2H] seen as [M, 2, H].
-    for dtype in ["f32", "f16", "bf16"] {
+    for (dtype, exact) in [("f32", [0, 0]), ("f16", [1, 1]), ("bf16", [1, 1]), ("bf16", [1, 0])] {
         let strides: &[(&str, &[i32])] =
             &[("dg", &[2 * H, H, 1]), ("dy", &[H, 1]), ("a", &[2 * H, 1]), ("b", &[2 * H, 1])];
-        lower_and_assemble("swiglu_backward", dtype, [4, 1024], strides);
+        lower_and_assemble("swiglu_backward", dtype, [4, 1024], exact, strides);
     }
 }

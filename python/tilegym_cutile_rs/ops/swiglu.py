@@ -676,13 +676,14 @@ def _tuning_bench_backward(problem: _tuned.Problem, device: Any) -> Any:
 
 
 def _tuning_candidates(problem: _tuned.Problem) -> list[SwigluConfig]:
-    """The sweep's configs: tiles from 512 wide to a whole row of up to 8192 elements (or one
-    row, when wider), each with tileiras' choice of warps, 4 or 8; occupancy left to tileiras."""
+    """The sweep's configs: tiles from 256 wide (the widest that divides 11008) to a whole row
+    of up to 8192 elements (or one row, when wider), each with tileiras' choice of warps, 4 or
+    8; occupancy left to tileiras."""
     _, m, h = problem
-    widest = max(_op.next_pow2(h), 512)
+    widest = max(_op.next_pow2(h), 256)
     shapes = {
         (min(max(1, elements // block_n), _op.next_pow2(m)), block_n)
-        for block_n in (512, 1024, 2048, 4096, 8192, 16384) if block_n <= widest
+        for block_n in (256, 512, 1024, 2048, 4096, 8192, 16384) if block_n <= widest
         for elements in (block_n, 2048, 4096, 8192) if elements >= block_n
     }
     rule = swiglu_rule(m, h, _tuned.torch_dtype(problem[0]))

@@ -69,21 +69,23 @@ const KERNELS: KernelModule = KernelModule {
     source_hash: swiglu_kernels::_SOURCE_HASH,
 };
 
-/// Both kernels' generics: the element type and the tile.
-fn generics(dtype: DType, block_m: i32, block_n: i32) -> Vec<Generic> {
-    Generic::list(&[dtype], &[block_m, block_n])
+/// Both kernels' generics: the element type, the tile, and whether the tile divides x's rows
+/// and columns (the kernel then loads that axis as proven in bounds).
+fn generics(x: &CheckedTensor, block_m: i32, block_n: i32) -> Vec<Generic> {
+    let exact = |extent: i32, block: i32| i32::from(extent % block == 0);
+    Generic::list(&[x.dtype], &[block_m, block_n, exact(x.shape[0], block_m), exact(x.shape[1], block_n)])
 }
 
 /// The forward's launch: y = silu(a) * b, `[block_m, block_n]` tiles of y.
 fn describe_forward<'a>([y, a, b]: [&'a CheckedTensor; 3], [block_m, block_n]: [i32; 2], hints: Hints) -> Launch<'a> {
     let params = vec![Param::Out("y", y, vec![block_m, block_n]), Param::In("a", a), Param::In("b", b)];
-    Launch { module: KERNELS, kernel: "swiglu_forward", generics: generics(a.dtype, block_m, block_n), hints, params }
+    Launch { module: KERNELS, kernel: "swiglu_forward", generics: generics(a, block_m, block_n), hints, params }
 }
 
 /// The backward's launch: both gradients into dg, `[block_m, 2, block_n]` tiles.
 fn describe_backward<'a>([dg, dy, a, b]: [&'a CheckedTensor; 4], [block_m, block_n]: [i32; 2], hints: Hints) -> Launch<'a> {
     let params = vec![Param::Out("dg", dg, vec![block_m, 2, block_n]), Param::In("dy", dy), Param::In("a", a), Param::In("b", b)];
-    Launch { module: KERNELS, kernel: "swiglu_backward", generics: generics(a.dtype, block_m, block_n), hints, params }
+    Launch { module: KERNELS, kernel: "swiglu_backward", generics: generics(a, block_m, block_n), hints, params }
 }
 
 /// cutile's typed launch of the forward for element type `T`, as `launch` describes it.
