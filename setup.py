@@ -136,8 +136,9 @@ def _require_cargo() -> None:
         )
 
 
-def _function_names(header: str) -> list[str]:
-    """The functions a header declares, parsed by pycparser (the C parser cffi itself uses)."""
+def _function_params(header: str) -> dict[str, tuple[str, ...]]:
+    """The functions a header declares, each with its parameter names in order, parsed by
+    pycparser (the C parser cffi itself uses)."""
     import pycparser
     from pycparser import c_ast
 
@@ -147,7 +148,8 @@ def _function_names(header: str) -> list[str]:
     # Names matter here, not sizes: the <stdint.h> types it uses become plain typedefs.
     stdint = sorted(set(re.findall(r"\b(?:u?int(?:8|16|32|64|ptr)_t|size_t|bool)\b", plain)))
     tree = pycparser.CParser().parse("".join(f"typedef int {t};\n" for t in stdint) + plain)
-    return [d.name for d in tree.ext if isinstance(d, c_ast.Decl) and isinstance(d.type, c_ast.FuncDecl)]
+    functions = [d for d in tree.ext if isinstance(d, c_ast.Decl) and isinstance(d.type, c_ast.FuncDecl)]
+    return {f.name: tuple(p.name for p in (f.type.args.params if f.type.args else ()) if p.name) for f in functions}
 
 
 def write_cdef_module(header: Path, package_dir: Path) -> None:
@@ -159,11 +161,13 @@ def write_cdef_module(header: Path, package_dir: Path) -> None:
     ffi.cdef(text)
     ffi.set_source(f"{PACKAGE}._cdef", None)
     ffi.emit_python_code(str(package_dir / "_cdef.py"))
-    functions = sorted(_function_names(text))
+    params = dict(sorted(_function_params(text).items()))
     (package_dir / "_abi_manifest.py").write_text(
         '"""Generated at build time from cutile_kernels.h. Do not edit."""\n\n'
         f"FINGERPRINT = {hashlib.sha256(text.encode()).hexdigest()!r}\n"
-        f"FUNCTIONS = {tuple(functions)!r}\n"
+        f"FUNCTIONS = {tuple(params)!r}\n"
+        "# Each function's parameter names, in order: what a launch's arguments are checked against.\n"
+        f"PARAMS = {params!r}\n"
         f"HEADER = {HEADER!r}\n"
     )
 

@@ -7,7 +7,10 @@ An op module (`ops/<op>.py`, or a package) keeps only what is its own: argument 
 how its tensors map to the kernel's views, its config type and heuristic (chosen through
 _choice), its TileGym adapter, warm-up, smoke test and shipped shapes, declared in an
 `OP = _registry.OpSpec(...)`, and its torch operators (_torch_ops). Every C export takes
-`(TensorDesc *..., scalars..., config ints..., device, stream)` and returns a status.
+`(TensorDesc *..., scalars..., config ints..., device, stream)` and returns a status; an op
+passes its tensors and scalars by those parameters' names, which a new plan checks against
+the header's declaration (`check_arguments`), so an argument out of place fails on its
+first launch, not as a wrong result.
 """
 
 from __future__ import annotations
@@ -49,6 +52,27 @@ def tensor_descs(*tensors: torch.Tensor) -> tuple[Any, ...]:
     return tuple(_abi.tensor_desc(t) for t in tensors)
 
 
+def check_arguments(export: str, tensors: Mapping[str, Any], args: Mapping[str, Any]) -> None:
+    """Raise InternalError unless `tensors` then `args` name the C export's parameters in the
+    header's order (device and stream, appended per call, last): the library cannot tell one
+    descriptor or int from another, so a swapped pair would run and return wrong data."""
+    declared = _library.manifest().PARAMS.get(export)
+    given = (*tensors, *args, "device", "stream")
+    if given != declared:
+        from .errors import InternalError
+
+        raise InternalError(
+            f"{export} called with parameters {given}, but the library's header declares {declared}: "
+            "the op module and the C export disagree; please report this"
+        )
+
+
+def named(config_type: Any, config: Sequence[Any]) -> dict[str, Any]:
+    """A config's values keyed by its NamedTuple type's field names (which name the C export's
+    config parameters, checked by `check_arguments`)."""
+    return dict(zip(config_type._fields, config, strict=True))
+
+
 def call(op: str, export: str, args: Sequence[Any], index: int, what: tuple[Any, ...]) -> None:
     """Call the C export `export` with `args`, the device and its current stream, under the
     watchdog; raise the exception a non-zero status stands for."""
@@ -82,20 +106,22 @@ class Plan:
         self,
         op: str,
         export: str,
-        tensors: Sequence[torch.Tensor],
-        args: Sequence[Any],
+        tensors: Mapping[str, torch.Tensor],
+        args: Mapping[str, Any],
         index: int,
         dense: bool,
     ) -> None:
         import torch
 
+        check_arguments(export, tensors, args)
         self.torch = torch  # the fast path runs without an `import torch` statement
         self.op, self.index = op, index
-        self.descs, self.args = tensor_descs(*tensors), tuple(args)
+        first = next(iter(tensors.values()))
+        self.descs, self.args = tensor_descs(*tensors.values()), tuple(args.values())
         # The descriptors first, then the op's scalars and config; device and stream are appended per call.
-        self.launch = functools.partial(getattr(_library.library(), export), *self.descs, *args, index)
+        self.launch = functools.partial(getattr(_library.library(), export), *self.descs, *self.args, index)
         self.stream = _device.raw_stream_getter()
-        self.what = (op, tensors[0].dtype, tuple(tensors[0].shape), "args", self.args)
+        self.what = (op, first.dtype, tuple(first.shape), "args", self.args)
         self.thread = threading.get_ident()
         # Whether the op may allocate its output with empty_like of its input: several us
         # cheaper than torch.empty(shape, dtype=, device=), but contiguous only for a contiguous input.
@@ -155,9 +181,9 @@ class Plans:
                 return None
         return plan
 
-    def make(self, key: Any, tensors: Sequence[torch.Tensor], args: Sequence[Any], index: int, dense: bool) -> Plan:
-        """This thread's plan for `key`: the export bound to descriptors of `tensors` (in the
-        export's order) and `args`; `dense` as `Plan.dense`."""
+    def make(self, key: Any, tensors: Mapping[str, torch.Tensor], args: Mapping[str, Any], index: int, dense: bool) -> Plan:
+        """This thread's plan for `key`: the export bound to descriptors of `tensors` and to
+        `args`, each by its parameter's name in the export's order; `dense` as `Plan.dense`."""
         plan = Plan(self.op, self.export, tensors, args, index, dense)
         self.keep(key, plan)
         return plan
@@ -178,23 +204,25 @@ class Plans:
 _launch_plans: dict[str, Plans] = {}  # per export: the plans `launch` keys by the whole launch
 
 
-def launch(op: str, export: str, tensors: Sequence[torch.Tensor], args: Sequence[Any], index: int,
+def launch(op: str, export: str, tensors: Mapping[str, torch.Tensor], args: Mapping[str, Any], index: int,
            what: tuple[Any, ...]) -> Plan:
-    """`call` of `export` on descriptors of `tensors` (in the export's order), then `args`: a
-    launch repeated on this thread (every tensor's shape, strides and dtype, the same `args`
-    and device) reuses the first one's descriptors, rebinding only the data pointers (a
-    launch-bound call, e.g. a training step's backward, saves building them). Returns the plan
-    (a public call's fast path may keep it under its own key too)."""
+    """`call` of `export` on descriptors of `tensors`, then `args`, each keyed by its
+    parameter's name in the export's order: a launch repeated on this thread (every tensor's
+    shape, strides and dtype, the same `args` and device) reuses the first one's descriptors,
+    rebinding only the data pointers (a launch-bound call, e.g. a training step's backward,
+    saves building them). Returns the plan (a public call's fast path may keep it under its
+    own key too)."""
     plans = _launch_plans.get(export)
     if plans is None:
         plans = _launch_plans.setdefault(export, Plans(op, export))
-    key = (index, *args, *[(t.shape, t.stride(), t.dtype) for t in tensors])
+    views = tensors.values()
+    key = (index, *args.values(), *[(t.shape, t.stride(), t.dtype) for t in views])
     plan = plans.get(key)
     if plan is not None:
-        plan.run(*[t.data_ptr() for t in tensors])
+        plan.run(*[t.data_ptr() for t in views])
         return plan
     plan = Plan(op, export, tensors, args, index, dense=False)
-    call(op, export, (*plan.descs, *args), index, what)  # the plan's descriptors: built once per new launch
+    call(op, export, (*plan.descs, *plan.args), index, what)  # the plan's descriptors: built once per new launch
     plans.keep(key, plan)
     return plan
 

@@ -343,23 +343,29 @@ def _launch_lse(
 ) -> None:
     """The one-pass forward that also saves each row's lse (a split config runs unsplit)."""
     what = ("attention_sink lse", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
-    _op.launch("attention_sink lse", TRAIN_FORWARD, (out, lse, q3, k3, v3, sinks, start), (scale, window, group, d, *_unsplit(config)),
-               index, what)
+    tensors = {"out": out, "lse": lse, "q": q3, "k": k3, "v": v3, "sinks": sinks, "start_q": start}
+    _op.launch("attention_sink lse", TRAIN_FORWARD, tensors, {**_shape_args(scale, window, group, d), **_unsplit(config)}, index, what)
 
 
 def _launch_backward(
-    grads: tuple[torch.Tensor, ...], saved: tuple[torch.Tensor, ...], scale: float, window: int, group: int, d: int,
-    config: AttentionSinkConfig, index: int,
+    tensors: dict[str, torch.Tensor], scale: float, window: int, group: int, d: int, config: AttentionSinkConfig, index: int,
 ) -> None:
-    """grads = (dq, dk, dv, delta, dsink, dout, lse), saved = (out, q3, k3, v3, sinks, start)."""
-    q3, k3 = saved[1], saved[2]
-    what = ("attention_sink backward", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
-    _op.launch("attention_sink backward", BACKWARD, (*grads, *saved), (scale, window, group, d, *_unsplit(config)), index, what)
+    """`tensors`: the gradients written (dq, dk, dv, delta, dsink) and the tensors read, by
+    the backward export's parameter names."""
+    what = ("attention_sink backward", tensors["q"].dtype, tuple(tensors["q"].shape), tuple(tensors["k"].shape), "config", config)
+    _op.launch("attention_sink backward", BACKWARD, tensors, {**_shape_args(scale, window, group, d), **_unsplit(config)}, index, what)
 
 
-def _unsplit(config: AttentionSinkConfig) -> tuple[int, ...]:
+def _shape_args(scale: float, window: int, group: int, d: int) -> dict[str, Any]:
+    """The scalars every attention_sink export takes before its config."""
+    return {"scale": scale, "window": window, "group": group, "head_dim": d}
+
+
+def _unsplit(config: AttentionSinkConfig) -> dict[str, int]:
     """A config's fields as the training kernels' exports take them: every field but splits."""
-    return (*config[:3], *config[4:])
+    fields = _op.named(AttentionSinkConfig, config)
+    del fields["splits"]
+    return fields
 
 
 def _views(
@@ -419,8 +425,9 @@ def _train_backward(
         v3, memory_format=torch.contiguous_format)
     delta, dsink = torch.empty_like(lse), torch.empty_like(lse)
     if b and s_q:
-        _launch_backward((dq, dk, dv, delta, dsink, dout3, lse), (out, q3, k3, v3, s, start), scale, window, group, d,
-                         attention_sink_backward_config(group, d), index)
+        tensors = {"dq": dq, "dk": dk, "dv": dv, "delta": delta, "dsink": dsink, "dout": dout3, "lse": lse, "out": out, "q": q3, "k": k3,
+                   "v": v3, "sinks": s, "start_q": start}
+        _launch_backward(tensors, scale, window, group, d, attention_sink_backward_config(group, d), index)
     else:
         for t in (dk, dv, dsink):
             t.zero_()
@@ -461,7 +468,9 @@ def _launch(
     heads = q3.shape[2] // d
     acc, ml = _partials(out, heads, config.splits)
     what = ("attention_sink", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
-    _op.launch("attention_sink", EXPORT, (out, q3, k3, v3, sinks, start, acc, ml), (scale, window, group, d, *config), index, what)
+    tensors = {"out": out, "q": q3, "k": k3, "v": v3, "sinks": sinks, "start_q": start, "acc": acc, "ml": ml}
+    _op.launch("attention_sink", EXPORT, tensors, {**_shape_args(scale, window, group, d), **_op.named(AttentionSinkConfig, config)}, index,
+               what)
 
 
 def attention_sink(
@@ -534,8 +543,8 @@ def attention_sink(
             acc, ml = _partials(out, h_kv * group, chosen.splits)
             plans.make(
                 _plan_key(query, key, value, sinks, float(sm_scale), window),
-                (out, q3, k3, v3, s, start, acc, ml),
-                (scale, window, group, d, *chosen),
+                {"out": out, "q": q3, "k": k3, "v": v3, "sinks": s, "start_q": start, "acc": acc, "ml": ml},
+                {**_shape_args(scale, window, group, d), **_op.named(AttentionSinkConfig, chosen)},
                 index,
                 dense=True,
             )

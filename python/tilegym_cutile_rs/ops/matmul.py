@@ -147,7 +147,8 @@ def _launch(c3: torch.Tensor, a3: torch.Tensor, b3: torch.Tensor, config: Matmul
     what = ("matmul", a3.dtype, tuple(a3.shape), tuple(b3.shape), "config", config)
     # The persistent kernel's CTAs (the library keeps them within the tiles, in whole clusters).
     ctas = _device.sm_count(index) * max(config.occupancy, 1)
-    _op.launch("matmul", EXPORT, (c3, a3, b3), (int(_tf32(a3.dtype)), ctas, *config), index, what)
+    _op.launch("matmul", EXPORT, {"c": c3, "a": a3, "b": b3}, {"tf32": int(_tf32(a3.dtype)), "ctas": ctas, **_op.named(MatmulConfig, config)},
+               index, what)
 
 
 def _product(

@@ -134,8 +134,8 @@ def _config(x2: torch.Tensor, config: Any, index: int, backward: bool = False, a
 def _launch_forward(y2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config: tuple[int, ...],
                     index: int) -> None:
     block_m, occupancy, warps = config
-    args = (eps, offset, block_m, _op.next_pow2(x2.shape[1]), occupancy, warps)
-    _op.launch("rms_norm", FORWARD, (y2, x2, w), args, index, ("rms_norm", x2.dtype, tuple(x2.shape), "config", tuple(config)))
+    args = {"eps": eps, "offset": offset, "block_m": block_m, "block_n": _op.next_pow2(x2.shape[1]), "occupancy": occupancy, "warps": warps}
+    _op.launch("rms_norm", FORWARD, {"y": y2, "x": x2, "w": w}, args, index, ("rms_norm", x2.dtype, tuple(x2.shape), "config", tuple(config)))
 
 
 def _launch_backward(dx: torch.Tensor, dw: torch.Tensor, dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor, eps: float,
@@ -147,12 +147,13 @@ def _launch_backward(dx: torch.Tensor, dw: torch.Tensor, dy2: torch.Tensor, x2: 
     m, n = x2.shape
     rows = _backward_rows(m, block_m, _device.sm_count(index))
     part = torch.empty((-(-m // rows), n), dtype=torch.float32, device=x2.device)
-    args = (eps, offset, block_m, _op.next_pow2(n), rows, occupancy, warps)
-    _op.launch("rms_norm backward", BACKWARD, (dx, part, dy2, x2, w), args, index,
+    args = {"eps": eps, "offset": offset, "block_m": block_m, "block_n": _op.next_pow2(n), "rows": rows, "occupancy": occupancy,
+            "warps": warps}
+    _op.launch("rms_norm backward", BACKWARD, {"dx": dx, "dw_part": part, "dy": dy2, "x": x2, "w": w}, args, index,
                ("rms_norm backward", x2.dtype, (m, n), "config", (*config, rows)))
     part_rows, columns = min(PART_ROWS, _op.next_pow2(part.shape[0])), min(DW_COLUMNS, _op.next_pow2(n))
-    _op.launch("rms_norm dw", WEIGHT_GRAD, (dw, part), (part_rows, columns, 0, 0), index,
-               ("rms_norm dw", w.dtype, tuple(part.shape), "config", (part_rows, columns)))
+    _op.launch("rms_norm dw", WEIGHT_GRAD, {"dw": dw, "dw_part": part}, {"part_rows": part_rows, "block_n": columns, "occupancy": 0, "warps": 0},
+               index, ("rms_norm dw", w.dtype, tuple(part.shape), "config", (part_rows, columns)))
 
 
 def _forward(x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config: Any) -> torch.Tensor:

@@ -1,0 +1,74 @@
+"""A launch passes its tensors and scalars by the C export's parameter names, checked against
+the header the manifest was generated from (`_op.check_arguments`): an argument out of place
+raises on the launch's first call instead of running with the wrong tensor."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from tilegym_cutile_rs import _library, _op
+from tilegym_cutile_rs.errors import InternalError
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPORT = re.compile(r'#\[no_mangle\]\s*pub (?:unsafe )?extern "C" fn (\w+)\s*\(([^)]*)\)', re.S)
+
+
+def declared_in_sources() -> dict[str, tuple[str, ...]]:
+    """Each C export's parameter names, in order, as the Rust sources declare them."""
+    sources = [*ROOT.glob("crates/ops/src/**/*.rs"), *ROOT.glob("crates/cutile_kernels/src/*.rs")]
+    if not sources:
+        pytest.skip("needs the source checkout")
+    found = {}
+    for src in sources:
+        for name, params in EXPORT.findall(src.read_text()):
+            found[name] = tuple(p.split(":")[0].strip() for p in params.split(",") if ":" in p)
+    return found
+
+
+def test_the_manifest_names_every_parameter_as_the_sources_do() -> None:
+    assert dict(_library.manifest().PARAMS) == declared_in_sources()
+
+
+def test_every_op_export_ends_with_device_and_stream() -> None:
+    ops = {name: params for name, params in _library.manifest().PARAMS.items() if "stream" in params}
+    assert "cutile_rope" in ops and "cutile_matmul" in ops
+    assert all(params[-2:] == ("device", "stream") for params in ops.values()), ops
+
+
+def test_a_launch_in_the_declared_order_passes_and_a_swap_is_refused() -> None:
+    tensors = {"q_out": 0, "k_out": 0, "q": 0, "k": 0, "cos": 0, "sin": 0}
+    scalars = {"sign": 1.0, "half": 64, "tile_q": 8, "tile_k": 2, "occupancy": 0, "warps": 0}
+    _op.check_arguments("cutile_rope", tensors, scalars)
+    swapped = {"q_out": 0, "k_out": 0, "k": 0, "q": 0, "cos": 0, "sin": 0}
+    with pytest.raises(InternalError, match=r"cutile_rope called with parameters .*'k', 'q'.* declares .*'q', 'k'"):
+        _op.check_arguments("cutile_rope", swapped, scalars)
+    with pytest.raises(InternalError, match="declares"):
+        _op.check_arguments("cutile_rope", tensors, {**scalars, "extra": 1})
+    with pytest.raises(InternalError, match="declares None"):
+        _op.check_arguments("cutile_no_such_export", tensors, scalars)
+
+
+def test_a_config_is_named_by_its_type_fields() -> None:
+    from tilegym_cutile_rs.ops.swiglu import SwigluConfig
+
+    assert _op.named(SwigluConfig, (4, 1024, 0, 8)) == {"block_m": 4, "block_n": 1024, "occupancy": 0, "warps": 8}
+    with pytest.raises(ValueError):
+        _op.named(SwigluConfig, (4, 1024))
+
+
+
+def op_names() -> list[str]:
+    from tilegym_cutile_rs import _registry
+
+    return sorted(_registry.ops())
+
+
+@pytest.mark.parametrize("name", op_names())
+def test_every_shipped_launch_of_every_op_passes_the_check(name: str) -> None:
+    # Describe mode runs each op's shipped shapes (forward and backward) on meta tensors through
+    # the real launch path, so every launch an op makes meets check_arguments here, without a GPU.
+    from tilegym_cutile_rs import _describe, _ship_build
+
+    _ship_build.describe_op(name, _describe.Target("sm_90", 132))
