@@ -273,3 +273,14 @@ def test_corrupt_autotune_file_is_ignored_and_rewritten(tmp_path: Path) -> None:
     env = {**os.environ, _cache.DIR_ENV: str(cache)}
     subprocess.run([sys.executable, "-c", AUTOTUNE_WRITER, "fresh", "1"], env=env, check=True, timeout=30)
     assert json.loads((cache / _cache.AUTOTUNE_FILE).read_text())["decisions"] == {"fresh-0": [1, 1, 0]}
+
+
+def test_the_salt_pins_the_toolchain_not_the_library_abi() -> None:
+    # Entries stay valid across library builds that add or change other ops: a cubin is a
+    # function of its bytecode (cutile's key), and warm-start entries carry their op's ABI.
+    from tilegym_cutile_rs import _library
+
+    tc = _toolchain.configure()
+    salt = _cache.salt(tc)
+    assert _library.manifest().FINGERPRINT not in salt
+    assert all(f"{k}={v}" in salt for k, v in tc.versions.items()), salt

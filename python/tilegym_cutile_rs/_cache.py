@@ -6,7 +6,8 @@ installed through `cutile_cache_enable`): atomic temp-file + rename writes,
 entries checked against their payload SHA-256 on read (a torn or corrupt entry is
 deleted and recompiled), least-recently-used eviction under a size cap. Its key
 is the Tile IR bytecode, target, opt level and `tileiras --version`; the salt
-adds this library's ABI fingerprint and the ptxas/libNVVM versions. Autotuning
+adds the ptxas/libNVVM versions (no ABI fingerprint: the warm-start entries beside
+the cubins carry their own op's, so adding an op keeps the others'). Autotuning
 decisions live beside it (`autotune.json`, see _autotune.py).
 
 Location: $TILEGYM_CUTILE_RS_CACHE_DIR, else the platform's user cache directory
@@ -84,10 +85,8 @@ def private_dir(path: Path) -> Path:
 
 
 def salt(toolchain: Any) -> str:
-    from . import _library
-
-    versions = ",".join(f"{k}={v}" for k, v in sorted(toolchain.versions.items()))
-    return f"abi={_library.manifest().FINGERPRINT};{versions}"
+    """What the store's keys add to cutile's: the versions of the tools it does not pin."""
+    return ",".join(f"{k}={v}" for k, v in sorted(toolchain.versions.items()))
 
 
 def enable(lib: Any, toolchain: Any) -> Path | None:

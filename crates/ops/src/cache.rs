@@ -4,8 +4,10 @@
 //! cap, eviction serialised by an flock that dies with its holder), installed
 //! process-wide when Python asks for it. cutile's key covers the Tile IR
 //! bytecode, target, opt level and `tileiras --version`; the salt Python passes
-//! adds what it leaves out: this library's ABI fingerprint and the
-//! ptxas/libNVVM versions.
+//! adds what it leaves out: the ptxas/libNVVM versions. No ABI fingerprint: a
+//! cubin is a function of its bytecode, and the warm-start index entries kept
+//! beside the cubins carry their own op's (warm_start.rs), so adding or changing
+//! one op's exports leaves every other op's cached kernels valid.
 
 use crate::abi::ffi::CacheStats;
 use crate::abi::{OpError, OpResult};

@@ -53,7 +53,7 @@ pub fn identity(key: &TileFunctionKey) -> Option<[u8; 32]> {
 
 /// The ABI fingerprint of the op whose kernel module is `module` (`<op>_kernels`); a module
 /// of no op's name takes the whole library's.
-fn op_abi(module: &str) -> &'static str {
+pub(crate) fn op_abi(module: &str) -> &'static str {
     let op = module.strip_suffix("_kernels").unwrap_or(module);
     crate::OP_ABI.iter().find(|(name, _)| *name == op).map_or(env!("CUTILE_ABI_FINGERPRINT"), |(_, abi)| abi)
 }

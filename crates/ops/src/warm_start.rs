@@ -150,11 +150,21 @@ struct IndexKey {
 
 impl IndexKey {
     fn new(key: &TileFunctionKey, device: usize) -> Self {
-        // The key's Debug form spells every field, private ones included.
-        let described = format!("{}\0{}\0{key:?}", entry::PAYLOAD_MAGIC, env!("CARGO_PKG_VERSION"));
-        let identity: [u8; 32] = Sha256::digest(described.as_bytes()).into();
+        let identity: [u8; 32] = Sha256::digest(Self::described(key).as_bytes()).into();
         let store_key = format!("warm-start-{}", identity.iter().map(|b| format!("{b:02x}")).collect::<String>());
         Self { store_key, identity, gpu_name: get_gpu_name(device), tileiras_fp: tileiras_fingerprint() }
+    }
+
+    /// What the entry's identity hashes: the key's Debug form (every field, private ones
+    /// included) and its op's ABI fingerprint, not the library's, so adding an op leaves the
+    /// others' entries valid.
+    fn described(key: &TileFunctionKey) -> String {
+        format!(
+            "{}\0{}\0{}\0{key:?}",
+            entry::PAYLOAD_MAGIC,
+            env!("CARGO_PKG_VERSION"),
+            shipped::op_abi(key.module_name())
+        )
     }
 
     fn params(&self) -> EntryParams<'_> {
@@ -223,6 +233,16 @@ mod tests {
         entry[last] ^= 1;
         assert_eq!(cubin_of_entry(&entry), None);
         assert_eq!(cubin_of_entry(&entry[..40]), None);
+    }
+
+    #[test]
+    fn an_index_entry_holds_its_ops_abi_fingerprint_not_the_librarys() {
+        for (op, abi) in crate::OP_ABI {
+            let key = TileFunctionKey::builder(format!("{op}_kernels"), "f").gpu_name("sm_90").build();
+            let described = IndexKey::described(&key);
+            assert!(described.contains(abi), "{op}: {described}");
+            assert!(!described.contains(env!("CUTILE_ABI_FINGERPRINT")), "{op}: {described}");
+        }
     }
 
     #[test]
