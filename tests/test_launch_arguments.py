@@ -5,7 +5,8 @@ raises on the launch's first call instead of running with the wrong tensor."""
 from __future__ import annotations
 
 import pytest
-from tilegym_cutile_rs import _library, _op
+import torch
+from tilegym_cutile_rs import _describe, _library, _op, _registry, _ship_build
 from tilegym_cutile_rs.errors import InternalError
 
 
@@ -36,10 +37,7 @@ def test_a_config_is_named_by_its_type_fields() -> None:
         _op.named(SwigluConfig, (4, 1024))
 
 
-
 def op_names() -> list[str]:
-    from tilegym_cutile_rs import _registry
-
     return sorted(_registry.ops())
 
 
@@ -48,8 +46,5 @@ def test_every_shipped_launch_of_every_op_passes_the_check(name: str) -> None:
     # Describe mode runs each op's shipped shapes (forward and backward) on meta tensors through
     # the real launch path, so every launch an op makes meets check_arguments here, without a GPU.
     # `resolve` takes the described launches off the library's pending list again.
-    import torch
-    from tilegym_cutile_rs import _describe, _registry, _ship_build
-
     _, described = _ship_build.resolve(_describe.Target("sm_90", 132), lambda: _registry.ops()[name].shipped(torch.device("meta")))
     assert described > 0

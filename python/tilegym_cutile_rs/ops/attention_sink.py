@@ -461,16 +461,23 @@ def _autograd_function() -> Any:
     return AttentionSink
 
 
+def _arguments(
+    out: torch.Tensor, q3: torch.Tensor, k3: torch.Tensor, v3: torch.Tensor, sinks: torch.Tensor, start: torch.Tensor,
+    scale: float, window: int, group: int, d: int, config: AttentionSinkConfig,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The forward export's tensors (with fresh split partials) and scalars, by parameter name:
+    what a launch passes and what the public call's plan binds."""
+    acc, ml = _partials(out, q3.shape[2] // d, config.splits)
+    tensors = {"out": out, "q": q3, "k": k3, "v": v3, "sinks": sinks, "start_q": start, "acc": acc, "ml": ml}
+    return tensors, {**_shape_args(scale, window, group, d), **_op.named(AttentionSinkConfig, config)}
+
+
 def _launch(
     out: torch.Tensor, q3: torch.Tensor, k3: torch.Tensor, v3: torch.Tensor, sinks: torch.Tensor, start: torch.Tensor,
     scale: float, window: int, group: int, d: int, config: AttentionSinkConfig, index: int,
 ) -> None:
-    heads = q3.shape[2] // d
-    acc, ml = _partials(out, heads, config.splits)
     what = ("attention_sink", q3.dtype, tuple(q3.shape), tuple(k3.shape), "config", config)
-    tensors = {"out": out, "q": q3, "k": k3, "v": v3, "sinks": sinks, "start_q": start, "acc": acc, "ml": ml}
-    _op.launch("attention_sink", EXPORT, tensors, {**_shape_args(scale, window, group, d), **_op.named(AttentionSinkConfig, config)}, index,
-               what)
+    _op.launch("attention_sink", EXPORT, *_arguments(out, q3, k3, v3, sinks, start, scale, window, group, d, config), index, what)
 
 
 def attention_sink(
@@ -533,21 +540,15 @@ def attention_sink(
     if _trains((query, key, value, sinks), config is not None or autotune):
         with_grad: torch.Tensor = _autograd_function().apply(query, key, value, sinks, scale, window, start_q, dims)
         return with_grad
-    b, s_q, s_kv, h_kv, group, d = dims
+    b, s_q, _, _, group, d = dims
     index, start, q3, k3, v3, s, out = _prepared(query, key, value, sinks, start_q, dims)
     chosen = _choose(q3, k3, v3, s, dims, window, scale, index, config, autotune)
     if b and s_q:
         _launch(out, q3, k3, v3, s, start, scale, window, group, d, chosen, index)
         in_place = q3.data_ptr() == query.data_ptr() and k3.data_ptr() == key.data_ptr() and v3.data_ptr() == value.data_ptr()
         if config is None and not autotune and in_place and s is sinks and type(query) is torch.Tensor:
-            acc, ml = _partials(out, h_kv * group, chosen.splits)
-            plans.make(
-                _plan_key(query, key, value, sinks, float(sm_scale), window),
-                {"out": out, "q": q3, "k": k3, "v": v3, "sinks": s, "start_q": start, "acc": acc, "ml": ml},
-                {**_shape_args(scale, window, group, d), **_op.named(AttentionSinkConfig, chosen)},
-                index,
-                dense=True,
-            )
+            tensors, args = _arguments(out, q3, k3, v3, s, start, scale, window, group, d, chosen)
+            plans.make(_plan_key(query, key, value, sinks, float(sm_scale), window), tensors, args, index, dense=True)
     return out
 
 

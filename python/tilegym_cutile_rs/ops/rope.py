@@ -177,10 +177,10 @@ def _launch_into(q_out: torch.Tensor, k_out: torch.Tensor, q: torch.Tensor, k: t
     a decode step's rope is launch-bound."""
     b, hq, s, d = q.shape
     blocks, occupancy, warps = config
-    views = (q_out.transpose(1, 2).reshape(b * s, hq, d), k_out.transpose(1, 2).reshape(b * s, k.shape[1], d))
+    tensors = {"q_out": q_out.transpose(1, 2).reshape(b * s, hq, d), "k_out": k_out.transpose(1, 2).reshape(b * s, k.shape[1], d),
+               "q": q, "k": k, "cos": cos, "sin": sin}
     tile_q, tile_k = _tiles(hq, k.shape[1], blocks)
     scalars = {"sign": sign, "half": half, "tile_q": tile_q, "tile_k": tile_k, "occupancy": occupancy, "warps": warps}
-    tensors = {"q_out": views[0], "k_out": views[1], "q": q, "k": k, "cos": cos, "sin": sin}
     plan = _op.launch("rope", EXPORT, tensors, scalars, index,
                       ("rope", q.dtype, tuple(q.shape), "half", half, "config", tuple(config)))
     if call_key is not None:
