@@ -18,7 +18,9 @@ read (`_attn_fwd` in gpt_oss/triton/attention.py), and its own model calls it on
 prefills of 64 tokens or more, taking its eager reference otherwise (gpt_oss/triton/model.py).
 Its P.V product runs in float32 off the tensor cores (V cast to float32, allow_tf32=False) and
 its wrapper repeats K and V per query head, hence its low TFLOP/s: a correctness-grade
-reference, not a tuned kernel.
+reference, not a tuned kernel. FlashAttention-4 (PyPI `flash-attn-4`, `flash_attn.cute`, its
+`learnable_sink` argument; it needs nvidia-cutlass-dsl) is shown where it installs, as a
+reference column that is checked like the peers but not ranked.
 Shapes: TileGym's attention_sink perf shapes and the same with head dim 128 (bfloat16,
 sm_scale 1/sqrt(D)); --rows picks rows of that list by index (from 0). What the peers print
 while they autotune goes to stderr, with each row's seconds.
@@ -87,10 +89,36 @@ def gpt_oss_triton() -> Callable[..., torch.Tensor] | None:
     return run
 
 
+def flash_attention_4() -> Callable[..., torch.Tensor] | None:
+    """FlashAttention-4 (PyPI `flash-attn-4`, `flash_attn.cute`) with its `learnable_sink`,
+    called as its interface documents: q `[B, S_q, H, D]` with the query heads of one KV head
+    adjacent (ours `[B, S_q, H_kv, G, D]` read as that view), k and v `[B, S_kv, H_kv, D]`,
+    causal aligned to the cache's end (query i at position S_kv - S_q + i, as `start_q` here),
+    a window of W keys as `window_size=(W - 1, 0)`."""
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as exc:  # noqa: BLE001 - any failure means the reference is unavailable here
+        print(f"(FlashAttention-4 unavailable: {type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+
+    def run(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor, scale: float, window: int | None, start: torch.Tensor
+    ) -> torch.Tensor:
+        b, s_q, h_kv, group, d = q.shape
+        out = flash_attn_func(q.view(b, s_q, h_kv * group, d), k, v, softmax_scale=scale, causal=True,
+                              window_size=(window - 1, 0) if window else (None, None), learnable_sink=sinks)
+        out = out[0] if isinstance(out, tuple) else out
+        return out.reshape(b, s_q, h_kv * group * d)
+
+    return run
+
+
 # Peers defined only for queries starting at position 0 (see the module's docstring), and
 # only for one query (decode).
 START_AT_ZERO_ONLY = {"gpt-oss triton"}
 ONE_QUERY_ONLY = {"cutile-python decode"}
+# Shown beside the peers as a reference, not ranked: what a hand-tuned CUTLASS kernel reaches.
+UNRANKED = {"fa4 (reference)"}
 
 
 def main() -> None:
@@ -107,11 +135,13 @@ def main() -> None:
             "cutile-python": tilegym_cutile(),
             "cutile-python decode": tilegym_cutile("attention_sink_decode"),
             "gpt-oss triton": gpt_oss_triton(),
+            "fa4 (reference)": flash_attention_4(),
         }
     names = list(peers)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
     print("TFLOP/s over unmasked work; '-' where a peer does not run (see stderr); 'n/a' where a row is outside a peer's\n"
-          "domain (gpt-oss's kernel: queries starting at position 0 only; cuTile Python's decode kernel: one query).\n")
+          "domain (gpt-oss's kernel: queries starting at position 0 only; cuTile Python's decode kernel: one query).\n"
+          "FlashAttention-4's column is a reference, not ranked in 'ours / best peer'.\n")
     print(f"| B, S_q, S_kv, H_kv x G, D, window | {' | '.join(names)} | ours | ours / best peer |")
     print("| --- | " + "--- | " * (len(names) + 2))
     for shape in rows:
@@ -180,7 +210,7 @@ def row(
     cells = " | ".join(
         f"{tflops[n]:.1f}" if n in tflops else ("wrong" if n in wrong else "n/a" if n in out_of_domain else "-") for n in names
     )
-    best = max((tflops[n] for n in names if n in tflops), default=0.0)
+    best = max((tflops[n] for n in names if n in tflops and n not in UNRANKED), default=0.0)
     ratio = f"{tflops['ours'] / best:.2f}x" if best else "-"
     return f"| {b}, {s_q}, {s_kv}, {h_kv} x {group}, {d}, {window or '-'} | {cells} | {tflops['ours']:.1f} | {ratio} |"
 
