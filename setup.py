@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py as _build_py
 from setuptools_rust import Binding, RustExtension
 from setuptools_rust.build import build_rust as _build_rust
 
@@ -201,6 +202,14 @@ def _literal_all(source: Path) -> list[str]:
     sys.exit(f"error: {source} has no literal __all__: an op module lists what it exports")
 
 
+class build_py(_build_py):
+    def run(self) -> None:
+        # A module deleted from the sources must not live on in an earlier build's build/lib:
+        # the wheel would ship it and the exports module (built from that tree) would list it.
+        shutil.rmtree(Path(self.build_lib) / PACKAGE, ignore_errors=True)
+        super().run()
+
+
 class build_rust(_build_rust):
     def run(self) -> None:
         _require_cargo()
@@ -245,6 +254,6 @@ setup(
             generated_files={HEADER: PACKAGE},
         )
     ],
-    cmdclass={"build_rust": build_rust, "bdist_wheel": bdist_wheel},
+    cmdclass={"build_py": build_py, "build_rust": build_rust, "bdist_wheel": bdist_wheel},
     zip_safe=False,
 )
