@@ -74,36 +74,35 @@ def tilegym_cutile(op: str = "attention_sink") -> Callable[..., torch.Tensor] | 
     return fn
 
 
-def gpt_oss_triton() -> Callable[..., torch.Tensor] | None:
+def optional_peer(label: str, load: Callable[[], Callable[..., torch.Tensor]]) -> Callable[..., torch.Tensor] | None:
+    """The runner `load()` returns, or None, with the reason on stderr, where it cannot load here."""
     try:
-        from gpt_oss.triton.attention import attention
+        return load()
     except Exception as exc:  # noqa: BLE001 - any failure means the peer is unavailable here
-        print(f"(gpt-oss Triton attention unavailable: {type(exc).__name__}: {exc})", file=sys.stderr)
+        print(f"({label} unavailable: {type(exc).__name__}: {exc})", file=sys.stderr)
         return None
 
-    def run(
-        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor, scale: float, window: int | None, start: torch.Tensor
-    ) -> torch.Tensor:
+
+def gpt_oss_triton() -> Callable[..., torch.Tensor]:
+    from gpt_oss.triton.attention import attention
+
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor, scale: float, window: int | None,
+            start: torch.Tensor) -> torch.Tensor:
         return attention(q, k, v, sinks, scale, window or 0, start)
 
     return run
 
 
-def flash_attention_4() -> Callable[..., torch.Tensor] | None:
+def flash_attention_4() -> Callable[..., torch.Tensor]:
     """FlashAttention-4 (PyPI `flash-attn-4`, `flash_attn.cute`) with its `learnable_sink`,
     called as its interface documents: q `[B, S_q, H, D]` with the query heads of one KV head
     adjacent (ours `[B, S_q, H_kv, G, D]` read as that view), k and v `[B, S_kv, H_kv, D]`,
     causal aligned to the cache's end (query i at position S_kv - S_q + i, as `start_q` here),
     a window of W keys as `window_size=(W - 1, 0)`."""
-    try:
-        from flash_attn.cute import flash_attn_func
-    except Exception as exc:  # noqa: BLE001 - any failure means the reference is unavailable here
-        print(f"(FlashAttention-4 unavailable: {type(exc).__name__}: {exc})", file=sys.stderr)
-        return None
+    from flash_attn.cute import flash_attn_func
 
-    def run(
-        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor, scale: float, window: int | None, start: torch.Tensor
-    ) -> torch.Tensor:
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor, scale: float, window: int | None,
+            start: torch.Tensor) -> torch.Tensor:
         b, s_q, h_kv, group, d = q.shape
         out = flash_attn_func(q.view(b, s_q, h_kv * group, d), k, v, softmax_scale=scale, causal=True,
                               window_size=(window - 1, 0) if window else (None, None), learnable_sink=sinks)
@@ -134,8 +133,8 @@ def main() -> None:
             "eager f32": reference,
             "cutile-python": tilegym_cutile(),
             "cutile-python decode": tilegym_cutile("attention_sink_decode"),
-            "gpt-oss triton": gpt_oss_triton(),
-            "fa4 (reference)": flash_attention_4(),
+            "gpt-oss triton": optional_peer("gpt-oss Triton attention", gpt_oss_triton),
+            "fa4 (reference)": optional_peer("FlashAttention-4", flash_attention_4),
         }
     names = list(peers)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
