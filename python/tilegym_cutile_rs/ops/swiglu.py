@@ -104,9 +104,16 @@ def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool, backward:
     )
 
 
+def _forward_arguments(
+    y2: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: SwigluConfig
+) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+    """The forward export's tensors and config by parameter name: what a launch passes and a plan binds."""
+    return {"y": y2, "a": a2, "b": b2}, _op.named(SwigluConfig, config)
+
+
 def _launch_forward(y2: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: SwigluConfig, index: int) -> None:
     what = ("swiglu", a2.dtype, tuple(a2.shape), "config", config)
-    _op.launch("swiglu", FORWARD, {"y": y2, "a": a2, "b": b2}, _op.named(SwigluConfig, config), index, what)
+    _op.launch("swiglu", FORWARD, *_forward_arguments(y2, a2, b2, config), index, what)
 
 
 def _launch_backward(
@@ -283,8 +290,7 @@ def swiglu(
     chosen = _forward(a2, b2, y2, config, autotune)
     if config is None and not autotune and type(a) is type(b) is torch.Tensor and a2.numel():
         if a2.data_ptr() == a.data_ptr() and b2.data_ptr() == b.data_ptr() and a.is_contiguous() == b.is_contiguous():
-            tensors = {"y": y2, "a": a2, "b": b2}
-            forward_plans.make(_plan_key(a, b), tensors, _op.named(SwigluConfig, chosen), _op.device_index(a2), dense=a.is_contiguous())
+            forward_plans.make(_plan_key(a, b), *_forward_arguments(y2, a2, b2, chosen), _op.device_index(a2), dense=a.is_contiguous())
     return y2.view(a.shape)
 
 

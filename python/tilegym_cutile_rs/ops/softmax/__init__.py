@@ -20,9 +20,13 @@ plans = _op.Plans("softmax", EXPORT)
 chooser = _choice.Chooser("softmax", SoftmaxConfig, plans)
 
 
+def _arguments(x2: torch.Tensor, y2: torch.Tensor, config: SoftmaxConfig) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+    """The export's tensors and config by parameter name: what a launch passes and a plan binds."""
+    return {"x": x2, "y": y2}, _op.named(SoftmaxConfig, config)
+
+
 def _launch(x2: torch.Tensor, y2: torch.Tensor, config: SoftmaxConfig, index: int) -> None:
-    _op.launch("softmax", EXPORT, {"x": x2, "y": y2}, _op.named(SoftmaxConfig, config), index,
-               ("softmax", x2.dtype, tuple(x2.shape), "config", config))
+    _op.launch("softmax", EXPORT, *_arguments(x2, y2, config), index, ("softmax", x2.dtype, tuple(x2.shape), "config", config))
 
 
 def _choose(x2: torch.Tensor, index: int, autotune: bool) -> SoftmaxConfig:
@@ -68,7 +72,7 @@ def _forward(x: torch.Tensor, dim: int, config: Any, autotune: bool, plan_key: t
     config = _choose(x2, index, autotune) if config is None else _choice.check_config(config, SoftmaxConfig)
     _launch(x2, y2, config, index)
     if plan_key is not None and dim == ndim - 1 and x.dim() > 0 and x2.data_ptr() == x.data_ptr():
-        plans.make(plan_key, {"x": x2, "y": y2}, _op.named(SoftmaxConfig, config), index, dense=x.is_contiguous())
+        plans.make(plan_key, *_arguments(x2, y2, config), index, dense=x.is_contiguous())
     y = y2.view(moved.shape)
     if dim != ndim - 1:
         y = y.movedim(-1, dim).contiguous()
