@@ -131,6 +131,24 @@ def test_persistent_and_per_tile_kernels_agree(group_m: int) -> None:
     torch.testing.assert_close(c2, (a2.double() @ b2.double()).float(), atol=1e-2, rtol=1e-3)
 
 
+@pytest.mark.parametrize("cga", [0, 2])
+def test_persistent_launches_replay_on_new_operands(cga: int) -> None:
+    """A repeated persistent launch goes straight to the driver (replay) with the new
+    pointers: each of several fresh operand pairs gets its own right product."""
+    from tilegym_cutile_rs import MatmulConfig, _cache
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        cga = 0  # no clusters before sm_90 (test_clusters_where_the_gpu_has_them checks the refusal)
+    config = MatmulConfig(128, 128, 64, 0, 0, 8, cga)
+    first = make((2, 700, 256), torch.bfloat16, False), make((2, 256, 900), torch.bfloat16, True)
+    tilegym_cutile_rs.bmm(*first, config=config)
+    before = _cache.stats()["replays"]
+    for _ in range(3):
+        a, b = make((2, 700, 256), torch.bfloat16, False), make((2, 256, 900), torch.bfloat16, True)
+        torch.testing.assert_close(tilegym_cutile_rs.bmm(a, b, config=config), reference(a, b), **TOL[torch.bfloat16])
+    assert _cache.stats()["replays"] - before >= 3
+
+
 def test_clusters_where_the_gpu_has_them() -> None:
     from tilegym_cutile_rs import MatmulConfig
 

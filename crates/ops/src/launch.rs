@@ -184,13 +184,14 @@ impl Launch<'_> {
         })
     }
 
-    /// The kernel's arguments as cutile pushes them, the values indexed as [`Self::values`];
-    /// None for a launch with a mapped output (cutile spells its arguments).
+    /// The kernel's arguments as cutile pushes them, the values indexed as [`Self::values`]
+    /// (a mapped output pushes its partition's: the map is a generic, not an argument).
     pub fn args(&self) -> Option<Args> {
         let mut live = 0..;
         self.params.iter().try_fold(Args::default(), |args, param| match param {
-            Param::Out(_, t, tile) => Some(args.partition(live.next().unwrap_or_default(), &t.shape, &t.strides, tile)),
-            Param::Mapped(..) => None,
+            Param::Out(_, t, tile) | Param::Mapped(_, t, tile, ..) => {
+                Some(args.partition(live.next().unwrap_or_default(), &t.shape, &t.strides, tile))
+            }
             Param::In(_, t) => Some(args.tensor(live.next().unwrap_or_default(), &t.shape, &t.strides)),
             Param::Index(_, t) => Some(args.tensor(live.next().unwrap_or_default(), &t.shape, &t.strides)),
             Param::Int(_, v) => Some(args.scalar(*v)),
@@ -243,8 +244,17 @@ impl Launch<'_> {
     }
 
     /// The grid cutile infers from the first output's partition: one CTA per tile,
-    /// tiles counted per axis (rounded up), axes beyond the tensor's rank 1.
+    /// tiles counted per axis (rounded up), axes beyond the tensor's rank 1; with a
+    /// mapped output, its CTA count along x (cutile checked it against the tiles at the
+    /// first launch, which a replay repeats).
     pub fn grid(&self) -> OpResult<(u32, u32, u32)> {
+        if let Some(ctas) =
+            self.params.iter().find_map(|p| if let Param::Mapped(.., ctas) = p { Some(*ctas) } else { None })
+        {
+            return u32::try_from(ctas).ok().filter(|&c| c > 0).map(|c| (c, 1, 1)).ok_or_else(|| {
+                OpError::invalid(format!("{}: a mapped output needs a positive CTA count, got {ctas}", self.kernel))
+            });
+        }
         let Some((t, tile)) =
             self.params.iter().find_map(|p| if let Param::Out(_, t, tile) = p { Some((t, tile)) } else { None })
         else {
@@ -357,7 +367,7 @@ impl FirstLaunch {
     }
 
     /// Launches through cutile and records the launch for replay with the description's
-    /// grid and arguments (none for a mapped output: it then always goes through cutile).
+    /// grid and arguments.
     ///
     /// `resolve(s)` yields cutile's key for this launch on stream `s` without
     /// compiling (`specialize_on`); `run()` makes the launch (`async_on` on
@@ -516,5 +526,32 @@ mod tests {
         assert_eq!(spec.generics(), ["bf16", "4"]);
         let names: Vec<&str> = spec.spec_args.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!((names, spec.scalar_hints.len()), (vec!["out", "q", "start_q"], 1));
+    }
+
+    #[test]
+    fn a_mapped_output_replays_with_its_partition_arguments_over_its_ctas() {
+        let c =
+            CheckedTensor { ptr: 0x1000, dtype: DType::BF16, shape: vec![4, 1024, 512], strides: vec![524288, 512, 1] };
+        let a = CheckedTensor { ptr: 0x2000, ..c.clone() };
+        let launch = |ctas| Launch {
+            module: module(),
+            kernel: "k",
+            generics: Generic::list(&[DType::BF16], &[128]),
+            hints: Hints::checked(0, 0).unwrap(),
+            params: vec![
+                Param::Mapped("c", &c, vec![1, 128, 128], [1, 8, 1], ctas),
+                Param::In("a", &a),
+                Param::Int("tf32", 0),
+            ],
+        };
+        let want = Args::default()
+            .partition(0, &c.shape, &c.strides, &[1, 128, 128])
+            .tensor(1, &a.shape, &a.strides)
+            .scalar(0);
+        assert_eq!(format!("{:?}", launch(128).args().unwrap()), format!("{want:?}"));
+        assert_eq!(launch(128).grid().unwrap(), (128, 1, 1));
+        assert_eq!(launch(128).mapping("c"), ([1, 8, 1], 128));
+        assert!(launch(0).grid().is_err());
+        assert_ne!(launch(128).key(0).0, launch(64).key(0).0); // the CTA count is part of the launch
     }
 }

@@ -219,8 +219,9 @@ mod tests {
             let tiles = Tiles { block_m: 64, block_n: 64, block_k: 32, group_m, ctas: 132 };
             let launch = describe([&c, &a, &b], kernel, tiles, hints);
             crate::launch::signature::assert_matches_kernel(&launch);
-            // A persistent launch is never recorded: its mapped partition's arguments are cutile's.
-            assert_eq!(launch.args().is_none(), group_m > 0, "{kernel}");
+            // Every launch is recorded for replay, a persistent one over its CTAs (here as given, uncapped).
+            assert!(launch.args().is_some(), "{kernel}");
+            assert_eq!(launch.grid().unwrap(), if group_m > 0 { (132, 1, 1) } else { (1, 1, 1) }, "{kernel}");
         }
     }
 }
