@@ -149,6 +149,38 @@ def test_persistent_launches_replay_on_new_operands(cga: int) -> None:
     assert _cache.stats()["replays"] - before >= 3
 
 
+def test_repeated_calls_take_the_fast_path_with_each_call_s_data() -> None:
+    """A public call of a layout seen before runs its kept plan: each call's own operands,
+    a view at a misaligned offset (same shape and strides) back on the full path, TF32's
+    switch and a gradient request never served by a plan made without them."""
+    buf_a = torch.randn(3 * 300 * 256 + 8, device="cuda", dtype=torch.bfloat16)
+    shape_a, shape_b = (300, 256), (256, 200)
+    for i in range(3):
+        a, b = buf_a[i * 300 * 256:(i + 1) * 300 * 256].view(shape_a), torch.randn(shape_b, device="cuda", dtype=torch.bfloat16)
+        torch.testing.assert_close(tilegym_cutile_rs.matmul(a, b), reference(a, b), **TOL[torch.bfloat16])
+        a3, b3 = a.view(3, 100, 256), torch.randn(3, 256, 64, device="cuda", dtype=torch.bfloat16).transpose(-1, -2).contiguous().transpose(-1, -2)
+        torch.testing.assert_close(tilegym_cutile_rs.bmm(a3, b3), reference(a3, b3), **TOL[torch.bfloat16])
+    assert mm.plans.get(mm._plan_key(a, b)) is not None and mm.plans.get(mm._plan_key(a3, b3)) is not None
+    odd = buf_a[1:1 + 300 * 256].view(shape_a)  # 2-byte offset: not 16-byte aligned, copied to an aligned operand
+    torch.testing.assert_close(tilegym_cutile_rs.matmul(odd, b), reference(odd, b), **TOL[torch.bfloat16])
+    x, y = torch.randn(96, 160, device="cuda"), torch.randn(160, 112, device="cuda")
+    exact = (x.double() @ y.double()).float()
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for tf32 in (False, True, False):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            for _ in range(2):
+                err = (tilegym_cutile_rs.matmul(x, y) - exact).abs().max().item()
+                assert (err < 1e-3) if not tf32 else (1e-4 < err < 0.2), (tf32, err)  # TF32 rounds its operands
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+    a.requires_grad_(True)
+    c = tilegym_cutile_rs.matmul(a, b)
+    assert c.grad_fn is not None
+    (ga,) = torch.autograd.grad(c.float().sum(), a)
+    torch.testing.assert_close(ga, reference(torch.ones(300, 200, device="cuda", dtype=torch.bfloat16), b.t()), **TOL[torch.bfloat16])
+
+
 def test_clusters_where_the_gpu_has_them() -> None:
     from tilegym_cutile_rs import MatmulConfig
 
