@@ -158,6 +158,26 @@ def test_repeated_calls_take_each_call_s_data_and_side_streams() -> None:
     torch.testing.assert_close(y, reference_silu_and_mul(xs[0]), **SILU_AND_MUL_TOL)
 
 
+def test_repeated_backward_steps_take_each_step_s_data() -> None:
+    """A training step's later backwards run the plan the first kept (on autograd's device
+    thread): each step's own dy, a and b (swiglu and silu_and_mul), and an expanded dy (a
+    sum's gradient), which is copied and never planned."""
+    for step in range(3):
+        x = torch.randn(48, 2 * 900, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        a, b = (torch.randn(48, 900, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+        dy = torch.randn(48, 900, device="cuda", dtype=torch.bfloat16)
+        x_ref, a_ref, b_ref = (t.detach().clone().requires_grad_(True) for t in (x, a, b))
+        tilegym_cutile_rs.silu_and_mul(x).backward(dy)
+        reference_silu_and_mul(x_ref).backward(dy)
+        torch.testing.assert_close(x.grad, x_ref.grad, **SILU_AND_MUL_TOL)
+        y = tilegym_cutile_rs.swiglu(a, b)
+        (y.sum() if step == 2 else y).backward(None if step == 2 else dy)
+        (reference_swiglu(a_ref, b_ref).float().sum() if step == 2 else reference_swiglu(a_ref, b_ref)).backward(
+            None if step == 2 else dy)
+        torch.testing.assert_close(a.grad, a_ref.grad, **SWIGLU_TOL)
+        torch.testing.assert_close(b.grad, b_ref.grad, **SWIGLU_TOL)
+
+
 def test_cuda_graph_capture_of_forward_and_backward() -> None:
     x = torch.randn(64, 2 * 1024, device="cuda", requires_grad=True)
     dy = torch.randn(64, 1024, device="cuda")

@@ -74,7 +74,10 @@ def swiglu_candidates(m: int, h: int, dtype: torch.dtype) -> list[SwigluConfig]:
 
 forward_plans = _op.Plans("swiglu", FORWARD)
 chooser = _choice.Chooser("swiglu", SwigluConfig, forward_plans)
-backward_chooser = _choice.Chooser("swiglu backward", SwigluConfig)
+# The backward kernel's plans by `_backward_key` (autograd's backward calls, the per-call fast
+# path of a training step); dropped when a tuned decision replaces the heuristic's.
+backward_plans = _op.Plans("swiglu backward", BACKWARD)
+backward_chooser = _choice.Chooser("swiglu backward", SwigluConfig, backward_plans)
 
 
 def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool, backward: bool = False) -> SwigluConfig:
@@ -118,9 +121,14 @@ def _launch_forward(y2: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config
 
 def _launch_backward(
     dg: torch.Tensor, dy2: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: SwigluConfig, index: int
-) -> None:
+) -> _op.Plan:
     what = ("swiglu backward", a2.dtype, tuple(a2.shape), "config", config)
-    _op.launch("swiglu backward", BACKWARD, {"dg": dg, "dy": dy2, "a": a2, "b": b2}, _op.named(SwigluConfig, config), index, what)
+    return _op.launch("swiglu backward", BACKWARD, {"dg": dg, "dy": dy2, "a": a2, "b": b2}, _op.named(SwigluConfig, config), index, what)
+
+
+def _backward_key(dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, dg: torch.Tensor) -> tuple[Any, ...]:
+    """What makes two backward launches of the heuristic's config the same: every shape and layout, the dtype and device."""
+    return (dy.shape, dy.stride(), a2.shape, a2.stride(), b2.stride(), dg.stride(), a2.dtype, a2.get_device())
 
 
 def _backward(
@@ -128,13 +136,25 @@ def _backward(
 ) -> None:
     """da and db of silu(a2) * b2 into `dg`, an `[M, 2, H]` view (da at [:, 0], db at [:, 1]).
     `config`: the caller's explicit one, or None for the backward kernel's own choice
-    (`autotune` as the forward call's)."""
+    (`autotune` as the forward call's). A backward of the heuristic's config whose dy is read
+    in place runs the plan its first launch kept (a training step's later steps)."""
     m, h = a2.shape
-    if m and h:
-        index = _op.device_index(a2)
-        if config is None:
-            _device.prepare(index)
-        _launch_backward(dg, _op.row_view(dy, m, h), a2, b2, _choose(a2, index, config, autotune, backward=True), index)
+    if not (m and h):
+        return
+    heuristic = config is None and not autotune
+    if heuristic:
+        key = _backward_key(dy, a2, b2, dg)
+        plan = backward_plans.get(key)
+        if plan is not None:
+            plan.run(dg.data_ptr(), dy.data_ptr(), a2.data_ptr(), b2.data_ptr())
+            return
+    index = _op.device_index(a2)
+    if config is None:
+        _device.prepare(index)
+    dy2 = _op.row_view(dy, m, h)
+    plan = _launch_backward(dg, dy2, a2, b2, _choose(a2, index, config, autotune, backward=True), index)
+    if heuristic and dy2.data_ptr() == dy.data_ptr():
+        backward_plans.keep(key, plan)
 
 
 def _swiglu_grad_planes(
