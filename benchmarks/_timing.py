@@ -25,6 +25,18 @@ def copy_call(nbytes: int) -> Callable[[], Any]:
     return lambda: dst.copy_(src)
 
 
+def compiled_peer(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """torch.compile(fn) for a benchmark's column. Each row is a shape, dtype or grad mode of
+    its own, and past dynamo's recompile limit (8 by default) the function runs eagerly: the
+    column then times eager torch without a word but a log warning (the tables before
+    2026-12-07 did from the 9th compile on). The limits are raised for this process."""
+    import torch._dynamo.config as dynamo
+
+    dynamo.recompile_limit = max(dynamo.recompile_limit, 1 << 12)
+    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, 1 << 14)
+    return torch.compile(fn)
+
+
 def host_us_per_call(fns: dict[str, Callable[[], Any]], calls: int, warmup: int, rounds: int = 10) -> dict[str, float]:
     """Host us per call of each of fns: the best of `rounds` rounds of calls // rounds calls
     each, after `warmup` calls, the GPU drained around each round. The fns take turns round by

@@ -28,7 +28,7 @@ from typing import Any
 
 import tilegym_cutile_rs
 import torch
-from _timing import Rows, bandwidth_row, bench_timer, best_gbs, copy_call, table_head
+from _timing import Rows, bandwidth_row, bench_timer, best_gbs, compiled_peer, copy_call, table_head
 
 # LLM hidden sizes (Llama 3 8B / 70B, Qwen 2 7B, GPT-OSS) at prefill / training batches and a
 # decode step, and a per-head size (q/k norms: 128).
@@ -50,7 +50,7 @@ def peers(missing: dict[str, str]) -> dict[str, Fn]:
     found: dict[str, Fn] = {"torch": _eager}
     probe = (torch.randn(8, 64, device="cuda", requires_grad=True), torch.ones(64, device="cuda", requires_grad=True))
     try:
-        compiled = torch.compile(_eager)
+        compiled = compiled_peer(_eager)
         compiled(*probe).sum().backward()
         found["torch.compile"] = compiled
     except Exception as exc:  # noqa: BLE001 - any failure means the peer is unavailable here

@@ -26,7 +26,7 @@ from typing import Any
 
 import tilegym_cutile_rs
 import torch
-from _timing import Rows, bandwidth_row, bench_timer, best_gbs, copy_call, table_head
+from _timing import Rows, bandwidth_row, bench_timer, best_gbs, compiled_peer, copy_call, table_head
 
 # (batch, seq, q heads, kv heads, head_dim): Llama 3 8B prefill and a batched decode step,
 # Llama 3 70B, Qwen 2 7B, GPT-OSS (head_dim 64).
@@ -58,7 +58,7 @@ def peers(missing: dict[str, str]) -> dict[str, Fn]:
         (qe.sum() + ke.sum()).backward()
 
     try:
-        compiled = torch.compile(_eager)
+        compiled = compiled_peer(_eager)
         works(compiled)
         found["torch.compile"] = compiled
     except Exception as exc:  # noqa: BLE001 - any failure means the peer is unavailable here

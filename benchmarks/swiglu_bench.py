@@ -30,7 +30,7 @@ from typing import Any
 import tilegym_cutile_rs
 import torch
 import torch.nn.functional as F
-from _timing import Rows, bandwidth_row, bench_timer, best_gbs, copy_call, table_head
+from _timing import Rows, bandwidth_row, bench_timer, best_gbs, compiled_peer, copy_call, table_head
 
 # LLM MLP widths (Llama-3 8B: 14336, Llama-2 7B: 11008) at prefill and decode, and
 # TileGym's silu_and_mul perf shapes (64 x 1024 tokens, hidden 512-8192).
@@ -57,7 +57,7 @@ def peers(op: str, missing: dict[str, str]) -> dict[str, Fn]:
     found: dict[str, Fn] = {"torch": eager}
     probe = (torch.randn(8, 64, device="cuda", requires_grad=True),) * (2 if op == "swiglu" else 1)
     try:
-        compiled = torch.compile(eager)
+        compiled = compiled_peer(eager)
         compiled(*probe).sum().backward()
         found["torch.compile"] = compiled
     except Exception as exc:  # noqa: BLE001 - any failure means the peer is unavailable here
