@@ -163,16 +163,25 @@ def _plan_key(a: torch.Tensor, b: torch.Tensor) -> tuple[Any, ...]:
     return (a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device(), tf32)
 
 
-def _planned(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+def _aligned(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether both data pointers are 16-byte aligned: a kept plan serves only those (another
+    alignment is another launch, and another `_operand` decision)."""
+    return (a.data_ptr() | b.data_ptr()) % 16 == 0
+
+
+def _planned(a: torch.Tensor, b: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor | None:
     """The per-call fast path: a product of plain tensors laid out as one seen before on
-    this thread (read in place), no autograd; None where the full path must run."""
+    this thread (read in place), no autograd, the heuristic's config, outside tracing; None
+    where the full path must run."""
+    if config is not None or autotune or _torch_ops.is_compiling():
+        return None
     try:
         key = _plan_key(a, b)
     except (AttributeError, TypeError):
         return None  # not tensors: the checks say what is wrong
     plan = plans.reusable(key, a, b)
-    if plan is None or (a.data_ptr() | b.data_ptr()) % 16:
-        return None  # another alignment is another launch (and _operand's decision)
+    if plan is None or not _aligned(a, b):
+        return None
     c: torch.Tensor = plan.torch.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype, device=a.device)
     plan.run(c.data_ptr(), a.data_ptr(), b.data_ptr())
     return c
@@ -183,8 +192,8 @@ def _product(
 ) -> torch.Tensor:
     """c = a3 · b3 for 3-D operands (each matrix row- or column-major), as a new contiguous
     tensor. `persistent` True or False overrides the chosen config's kernel (TileGym's
-    static_persistent); None keeps it. `keep`: a public call's plan key, under which the
-    launch is kept for the fast path."""
+    static_persistent); None keeps it. `keep`: a public call's plan key (`_public_key`: None
+    for an explicit config or autotuning), under which the launch is kept for the fast path."""
     import torch
 
     batch, m, k = a3.shape
@@ -217,7 +226,7 @@ def _product(
     if persistent is not None and (chosen.group_m > 0) != persistent:
         chosen = chosen._replace(group_m=GROUP_M if persistent else 0)
     plan = _launch(c3, a3, b3, chosen, index)
-    if keep is not None and config is None and not autotune and (a3.data_ptr() | b3.data_ptr()) % 16 == 0:
+    if keep is not None and _aligned(a3, b3):
         plans.keep(keep, plan)
     return c3
 
@@ -323,10 +332,9 @@ def matmul(
     the same kernels. `config=MatmulConfig(...)` or `autotune=True` as for softmax.
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.matmul.
     """
-    if config is None and not autotune and not _torch_ops.is_compiling():
-        planned = _planned(a, b)
-        if planned is not None:
-            return planned
+    planned = _planned(a, b, config, autotune)
+    if planned is not None:
+        return planned
     traced = _torch_ops.traced_or_fake(a, b)
     if traced is not None:
         result: torch.Tensor = traced.matmul(a, b, list(config or ()))
@@ -340,10 +348,9 @@ def bmm(
 ) -> torch.Tensor:
     """a[i] · b[i] for 3-D a `[B, M, K]` and b `[B, K, N]`; otherwise as `matmul`
     (traced: torch.ops.tilegym_cutile_rs.bmm)."""
-    if config is None and not autotune and not _torch_ops.is_compiling():
-        planned = _planned(a, b)
-        if planned is not None:
-            return planned
+    planned = _planned(a, b, config, autotune)
+    if planned is not None:
+        return planned
     traced = _torch_ops.traced_or_fake(a, b)
     if traced is not None:
         result: torch.Tensor = traced.bmm(a, b, list(config or ()))
