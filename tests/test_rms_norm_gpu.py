@@ -46,6 +46,24 @@ def test_forward_and_gradients_match_float32_torch(shape: tuple[int, ...], dtype
     torch.testing.assert_close(w.grad.float(), dw_ref, rtol=TOL[dtype]["rtol"] * 4, atol=TOL[dtype]["atol"] * scale + 1e-6 * rows)
 
 
+def test_repeated_backward_steps_read_their_own_data() -> None:
+    """A training step's later backwards replay the two launches the first one kept (on
+    autograd's thread): each step's own dy, x and weight; a sum's expanded dy takes the full path."""
+    torch.manual_seed(3)
+    for step in range(4):
+        x = torch.randn(96, 1536, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        w = (1 + 0.1 * torch.randn(1536, device="cuda")).to(torch.bfloat16).requires_grad_(True)
+        dy = torch.ones_like(x) if step == 3 else torch.randn_like(x)
+        y = tilegym_cutile_rs.rms_norm(x, w, 1e-5)
+        (y.float().sum() if step == 3 else y).backward(None if step == 3 else dy)
+        _, dx_ref, dw_ref = reference_grads(x, w, dy, 1e-5, 0.0)
+        assert x.grad is not None and w.grad is not None
+        torch.testing.assert_close(x.grad.float(), dx_ref, **TOL[torch.bfloat16])
+        scale = max(1.0, dw_ref.abs().max().item())
+        torch.testing.assert_close(w.grad.float(), dw_ref, rtol=TOL[torch.bfloat16]["rtol"] * 4,
+                                   atol=TOL[torch.bfloat16]["atol"] * scale + 1e-6 * 96)
+
+
 def test_strided_rows_a_float32_weight_and_eps_zero() -> None:
     base = torch.randn(64, 3000, device="cuda", dtype=torch.bfloat16)
     x = base[:, 100:1100]  # strided rows, read in place

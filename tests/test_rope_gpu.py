@@ -89,6 +89,25 @@ def test_repeated_calls_read_their_own_data() -> None:
     assert qo.grad_fn is not None and ko.grad_fn is not None
 
 
+def test_repeated_backward_steps_read_their_own_gradients() -> None:
+    """A training step's later backwards run the plan the first kept (on autograd's thread):
+    each step's own gradients, rotated back; a transposed gradient (copied) takes the full path."""
+    torch.manual_seed(1)
+    cos, sin = tables(2, 9, 64, torch.bfloat16)
+    for step in range(4):
+        q = torch.randn(2, 9, 8, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_(True)
+        k = torch.randn(2, 9, 2, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_(True)
+        q_out, k_out = tilegym_cutile_rs.rope(q, k, cos, sin)
+        q_ref, k_ref = hf_rotate_half(q, k, cos, sin)
+        dq, dk = torch.randn_like(q_out), torch.randn_like(k_out)
+        if step == 3:
+            dq = torch.randn(*q_out.shape[:-1], 64, device="cuda", dtype=torch.bfloat16).transpose(-1, -2).contiguous().transpose(-1, -2)
+        got = torch.autograd.grad([q_out, k_out], [q, k], [dq, dk])
+        want = torch.autograd.grad([q_ref, k_ref], [q, k], [dq.float(), dk.float()])
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g.float(), w.float(), **TOL[torch.bfloat16])
+
+
 def test_gpt_oss_half_tables_shared_tables_and_a_partial_factor() -> None:
     q, k = torch.randn(2, 64, 7, 64, device="cuda"), torch.randn(2, 8, 7, 64, device="cuda")
     cos, sin = tables(2, 7, 64, torch.float32, half_only=True)  # [B, S, D/2]

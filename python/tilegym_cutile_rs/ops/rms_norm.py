@@ -5,9 +5,10 @@ the RMSNorm modules TileGym's model patches put in place of a model's own."""
 from __future__ import annotations
 
 import functools
+import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _choice, _device, _op, _registry, _torch_ops, _tuned
+from .. import _choice, _describe, _device, _op, _registry, _torch_ops, _tuned
 
 if TYPE_CHECKING:
     import torch
@@ -139,8 +140,9 @@ def _launch_forward(y2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor, eps: fl
 
 
 def _launch_backward(dx: torch.Tensor, dw: torch.Tensor, dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor, eps: float,
-                     offset: float, config: tuple[int, ...], index: int) -> None:
-    """dx and dw: the backward kernel's dx and dweight partials, then dw's column sums."""
+                     offset: float, config: tuple[int, ...], index: int) -> tuple[_op.Plan, _op.Plan, tuple[int, int]]:
+    """dx and dw: the backward kernel's dx and dweight partials, then dw's column sums.
+    Returns both launches' plans and the partials' shape (what a kept backward replays)."""
     import torch
 
     block_m, occupancy, warps = config
@@ -149,11 +151,13 @@ def _launch_backward(dx: torch.Tensor, dw: torch.Tensor, dy2: torch.Tensor, x2: 
     part = torch.empty((-(-m // rows), n), dtype=torch.float32, device=x2.device)
     args = {"eps": eps, "offset": offset, "block_m": block_m, "block_n": _op.next_pow2(n), "rows": rows, "occupancy": occupancy,
             "warps": warps}
-    _op.launch("rms_norm backward", BACKWARD, {"dx": dx, "dw_part": part, "dy": dy2, "x": x2, "w": w}, args, index,
-               ("rms_norm backward", x2.dtype, (m, n), "config", (*config, rows)))
+    rows_plan = _op.launch("rms_norm backward", BACKWARD, {"dx": dx, "dw_part": part, "dy": dy2, "x": x2, "w": w}, args, index,
+                           ("rms_norm backward", x2.dtype, (m, n), "config", (*config, rows)))
     part_rows, columns = min(PART_ROWS, _op.next_pow2(part.shape[0])), min(DW_COLUMNS, _op.next_pow2(n))
-    _op.launch("rms_norm dw", WEIGHT_GRAD, {"dw": dw, "dw_part": part}, {"part_rows": part_rows, "block_n": columns, "occupancy": 0, "warps": 0},
-               index, ("rms_norm dw", w.dtype, tuple(part.shape), "config", (part_rows, columns)))
+    sum_plan = _op.launch("rms_norm dw", WEIGHT_GRAD, {"dw": dw, "dw_part": part},
+                          {"part_rows": part_rows, "block_n": columns, "occupancy": 0, "warps": 0},
+                          index, ("rms_norm dw", w.dtype, tuple(part.shape), "config", (part_rows, columns)))
+    return rows_plan, sum_plan, (part.shape[0], part.shape[1])
 
 
 def _forward(x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config: Any) -> torch.Tensor:
@@ -171,22 +175,56 @@ def _forward(x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config
     return y2.view(x.shape)
 
 
+# This thread's kept backwards by `_backward`'s key: the two launches' plans and the partials'
+# shape (a plan's descriptors are mutated per call, so they are per thread, as `_op.Plans`).
+_kept_backwards = threading.local()
+KEPT_MAX = 1024
+
+
+def _kept() -> dict[Any, tuple[_op.Plan, _op.Plan, tuple[int, int]]]:
+    try:
+        table: dict[Any, tuple[_op.Plan, _op.Plan, tuple[int, int]]] = _kept_backwards.table
+    except AttributeError:
+        table = _kept_backwards.table = {}
+    return table
+
+
 def _backward(
     dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dx (x's shape) and dweight (w's shape and dtype) from the backward and dweight kernels."""
+    """dx (x's shape) and dweight (w's shape and dtype) from the backward and dweight kernels.
+    A backward of the heuristic's config whose dy, x and w are read in place keeps both
+    launches' plans: a training step's later backwards only allocate and swap pointers."""
     import torch
 
     n = x.shape[-1]
     m = x.numel() // max(n, 1)
     if m == 0 or n == 0:
         return torch.zeros_like(x), torch.zeros_like(w)
-    x2, dy2 = _op.row_view(x, m, n), _op.row_view(dy, m, n)
+    key = None
+    if config is None:
+        key = (dy.shape, dy.stride(), x.shape, x.stride(), w.shape, w.stride(), x.dtype, w.dtype, x.get_device(), eps, offset)
+        kept = _kept().get(key)
+        if kept is not None:
+            rows_plan, sum_plan, part_shape = kept
+            dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
+            dw = torch.empty((n,), dtype=w.dtype, device=x.device)
+            part = torch.empty(part_shape, dtype=torch.float32, device=x.device)
+            rows_plan.run(dx.data_ptr(), part.data_ptr(), dy.data_ptr(), x.data_ptr(), w.data_ptr())
+            sum_plan.run(dw.data_ptr(), part.data_ptr())
+            return dx.view(x.shape), dw
+    x2, dy2, wc = _op.row_view(x, m, n), _op.row_view(dy, m, n), w.contiguous()
     index = _op.device_index(x)
     _device.prepare(index)
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
     dw = torch.empty((n,), dtype=w.dtype, device=x.device)
-    _launch_backward(dx, dw, dy2, x2, w.contiguous(), float(eps), float(offset), _config(x2, config, index, backward=True), index)
+    plans = _launch_backward(dx, dw, dy2, x2, wc, float(eps), float(offset), _config(x2, config, index, backward=True), index)
+    in_place = (x2.data_ptr(), dy2.data_ptr(), wc.data_ptr()) == (x.data_ptr(), dy.data_ptr(), w.data_ptr())
+    if key is not None and in_place and not _describe.describing():  # a plan of meta tensors is never run
+        table = _kept()
+        if len(table) >= KEPT_MAX:
+            table.clear()
+        table[key] = plans
     return dx.view(x.shape), dw
 
 

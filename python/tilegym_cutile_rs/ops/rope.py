@@ -187,6 +187,23 @@ def _launch_into(q_out: torch.Tensor, k_out: torch.Tensor, q: torch.Tensor, k: t
         plans.keep(call_key, plan)
 
 
+def _backward(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int,
+              config: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients' inverse rotation. A training step's later backwards (the heuristic's
+    config, gradients laid out as before, read in place) run the plan the first one kept under
+    its own key: only the outputs are allocated and the pointers swapped."""
+    if config is not None:
+        return _launch(dq, dk, cos, sin, half, -1.0, config)
+    key = ("backward", half, *((t.shape, t.stride(), t.dtype, t.get_device()) for t in (dq, dk, cos, sin)))
+    plan = plans.get(key)
+    if plan is not None:
+        dq_in, dk_in = _outputs(dq, dk)
+        plan.run(dq_in.data_ptr(), dk_in.data_ptr(), dq.data_ptr(), dk.data_ptr(), cos.data_ptr(), sin.data_ptr())
+        return dq_in, dk_in
+    own = all(t.shape[-1] <= 1 or t.stride(-1) == 1 for t in (dq, dk))  # else _launch copies them
+    return _launch(dq, dk, cos, sin, half, -1.0, None, key if own else None)
+
+
 @functools.cache
 def _autograd_function() -> Any:
     import torch
@@ -204,7 +221,7 @@ def _autograd_function() -> Any:
         @staticmethod
         def backward(ctx: Any, dq: torch.Tensor, dk: torch.Tensor) -> tuple[Any, ...]:
             cos, sin = ctx.saved_tensors
-            dq_in, dk_in = _launch(dq, dk, cos, sin, ctx.half, -1.0, ctx.config)
+            dq_in, dk_in = _backward(dq, dk, cos, sin, ctx.half, ctx.config)
             return dq_in, dk_in, None, None, None, None
 
     return Rope
