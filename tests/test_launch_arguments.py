@@ -32,7 +32,7 @@ def test_a_launch_in_the_declared_order_passes_and_a_swap_is_refused() -> None:
 def test_a_config_is_named_by_its_type_fields() -> None:
     from tilegym_cutile_rs.ops.swiglu import SwigluConfig
 
-    assert _op.named(SwigluConfig, (4, 1024, 0, 8)) == {"block_m": 4, "block_n": 1024, "occupancy": 0, "warps": 8}
+    assert _op.named(SwigluConfig, (4, 1024, 0, 8, 2)) == {"block_m": 4, "block_n": 1024, "occupancy": 0, "warps": 8, "cga": 2}
     with pytest.raises(ValueError):
         _op.named(SwigluConfig, (4, 1024))
 

@@ -12,11 +12,11 @@ from tilegym_cutile_rs.ops import swiglu as sw
 from .test_abi import desc
 
 
-def forward(lib, y, a, b, config=(4, 256, 0, 0)):  # type: ignore[no-untyped-def]
+def forward(lib, y, a, b, config=(4, 256, 0, 0, 0)):  # type: ignore[no-untyped-def]
     return lib.cutile_swiglu_forward(y, a, b, *config, 0, 0), _library.last_error()
 
 
-def backward(lib, dg, dy, a, b, config=(4, 256, 0, 0)):  # type: ignore[no-untyped-def]
+def backward(lib, dg, dy, a, b, config=(4, 256, 0, 0, 0)):  # type: ignore[no-untyped-def]
     return lib.cutile_swiglu_backward(dg, dy, a, b, *config, 0, 0), _library.last_error()
 
 
@@ -31,12 +31,13 @@ def backward(lib, dg, dy, a, b, config=(4, 256, 0, 0)):  # type: ignore[no-untyp
         ({"shape": [2, 3]}, {"shape": [2, 3]}, {"shape": [2, 3]}, (3, 256), "power of two"),
         ({"shape": [2, 3]}, {"shape": [2, 3]}, {"shape": [2, 3]}, (4, 256, 33), "occupancy"),
         ({"shape": [2, 3]}, {"shape": [2, 3]}, {"shape": [2, 3]}, (4, 256, 0, 3), "warps = 3"),
+        ({"shape": [2, 3]}, {"shape": [2, 3]}, {"shape": [2, 3]}, (4, 256, 0, 0, 3), "cga = 3"),
         ({"shape": [2, 3], "dtype": 3}, {"shape": [2, 3]}, {"shape": [2, 3]}, (4, 256), "unsupported dtype code 3"),
         ({"shape": [2, 3], "ptr": 0}, {"shape": [2, 3]}, {"shape": [2, 3]}, (4, 256), "null"),
     ],
 )
 def test_forward_rejects_bad_views_before_any_launch(lib, a_kw, b_kw, y_kw, config, fragment) -> None:  # type: ignore[no-untyped-def]
-    status, msg = forward(lib, desc(lib, **y_kw), desc(lib, **a_kw), desc(lib, **b_kw), (*config, 0, 0)[:4])
+    status, msg = forward(lib, desc(lib, **y_kw), desc(lib, **a_kw), desc(lib, **b_kw), (*config, 0, 0, 0)[:5])
     assert status != lib.CUTILE_OK and fragment in msg, msg
 
 
@@ -90,9 +91,11 @@ def test_every_config_is_one_the_library_takes(lib, m: int, h: int, dtype: torch
             assert 1 <= block <= lib.CUTILE_MAX_BLOCK and block & (block - 1) == 0, config
         assert 0 <= config.occupancy <= lib.CUTILE_MAX_OCCUPANCY, config
         assert config.warps == 0 or lib.CUTILE_WORKER_WARPS_BEFORE_TILEIRAS_13_5 >> config.warps & 1, config
+        assert config.cga in (0, 2) and (config.cga == 0 or config.block_m * config.block_n >= sw.CLUSTER_MIN_ELEMENTS), config
         # A tile never exceeds the problem by more than one power of two in each direction.
         assert config.block_m <= max(1, 1 << (m - 1).bit_length()), config
     assert sw.swiglu_config(m, h, dtype) in sw.swiglu_candidates(m, h, dtype)
+    assert not any(c.cga for c in sw.swiglu_candidates(m, h, dtype, "sm_80"))  # no clusters before Hopper
 
 
 def test_overlap_test_sees_shared_memory_only() -> None:

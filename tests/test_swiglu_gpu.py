@@ -88,6 +88,26 @@ def test_swiglu_gradients_match_torch(shape: tuple[int, ...], dtype: torch.dtype
     torch.testing.assert_close(b.grad, b_ref.grad, **SWIGLU_TOL)
 
 
+@pytest.mark.parametrize("config", [(1, 16384, 0, 8, 2), (1, 8192, 0, 0, 2), (2, 4096, 0, 4, 2)])
+def test_tiles_shared_by_a_cluster_where_the_gpu_has_them(config: tuple[int, ...]) -> None:
+    # 11008 columns: the last tile of each row is cut, in whichever CTA of the cluster holds it.
+    torch.manual_seed(3)
+    x = torch.randn(37, 2 * 11008, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    if torch.cuda.get_device_capability() < (9, 0):  # no clusters: the toolchain's refusal is an exception, not a crash
+        with pytest.raises(tilegym_cutile_rs.CutileError):
+            tilegym_cutile_rs.silu_and_mul(x.detach(), config=config)
+        return
+    x_ref = x.detach().clone().requires_grad_(True)
+    y, ref = tilegym_cutile_rs.silu_and_mul(x, config=config), reference_silu_and_mul(x_ref)
+    torch.testing.assert_close(y, ref, **SILU_AND_MUL_TOL)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    ref.backward(dy)
+    torch.testing.assert_close(x.grad, x_ref.grad, **SWIGLU_TOL)
+    a, b = x.detach()[:, :11008], x.detach()[:, 11008:]
+    torch.testing.assert_close(tilegym_cutile_rs.swiglu(a, b, config=config), reference_swiglu(a, b), **SWIGLU_TOL)
+
+
 def test_strided_inputs_are_read_in_place_or_copied() -> None:
     base = torch.randn(64, 3000, device="cuda")
     a, b = base[:, 100:1100], base[:, 1500:2500]  # strided rows, read in place

@@ -51,10 +51,10 @@ def on_device(monkeypatch: pytest.MonkeyPatch, arch: str, name: str | None, sms:
 def test_a_written_table_round_trips_and_keeps_other_devices(tables: Path) -> None:
     tune = tune_module()
     path = _tuned.path("swiglu")
-    tune.write_table(path, "swiglu", "sm_90", H200, META, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8])])
-    tune.write_table(path, "swiglu", "sm_90", H100, META, [entry(["bfloat16", 4096, 14336], [2, 8192, 0, 8])])
+    tune.write_table(path, "swiglu", "sm_90", H200, META, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8, 0])])
+    tune.write_table(path, "swiglu", "sm_90", H100, META, [entry(["bfloat16", 4096, 14336], [2, 8192, 0, 8, 0])])
     # A refit of some problems keeps this device's other entries.
-    tune.write_table(path, "swiglu", "sm_90", H100, META, [entry(["float32", 1, 11008], [1, 16384, 0, 0])])
+    tune.write_table(path, "swiglu", "sm_90", H100, META, [entry(["float32", 1, 11008], [1, 16384, 0, 0, 0])])
     data = json.loads(path.read_text())
     assert data["format"] == _tuned.FORMAT and data["table"] == "swiglu"
     assert set(data["archs"]["sm_90"]) == {H100, H200}
@@ -69,19 +69,19 @@ def test_the_heuristic_reads_the_nearest_device_and_problem(tables: Path, monkey
     tune = tune_module()
     path = _tuned.path("swiglu")
     tune.write_table(path, "swiglu", "sm_90", H200, {**META, "sms": 132}, [
-        entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8]),
-        entry(["bfloat16", 1, 11008], [1, 4096, 0, 4]),
+        entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8, 0]),
+        entry(["bfloat16", 1, 11008], [1, 4096, 0, 4, 0]),
     ])
     on_device(monkeypatch, "sm_90", H200, 132)
     assert sw.swiglu_config(8192, 14336, "bfloat16", 0) == sw.SwigluConfig(1, 16384, 0, 8)  # type: ignore[arg-type]
     assert sw.swiglu_config(2, 11008, "bfloat16", 0) == sw.SwigluConfig(1, 4096, 0, 4)  # type: ignore[arg-type]
     # Fitted for a taller problem: the row block is cut to this one's rows.
     path.unlink()
-    tune.write_table(path, "swiglu", "sm_90", H200, {**META, "sms": 132}, [entry(["bfloat16", 4096, 14336], [8, 2048, 0, 8])])
+    tune.write_table(path, "swiglu", "sm_90", H200, {**META, "sms": 132}, [entry(["bfloat16", 4096, 14336], [8, 2048, 0, 8, 0])])
     _tuned.table.cache_clear()
     assert sw.swiglu_config(2, 14336, "bfloat16", 0) == sw.SwigluConfig(2, 2048, 0, 8)  # type: ignore[arg-type]
     # An unfitted sm_90 device takes the fitted one nearest in SM count.
-    tune.write_table(path, "swiglu", "sm_90", "NVIDIA H100 PCIe", {**META, "sms": 114}, [entry(["bfloat16", 4096, 14336], [2, 2048, 0, 0])])
+    tune.write_table(path, "swiglu", "sm_90", "NVIDIA H100 PCIe", {**META, "sms": 114}, [entry(["bfloat16", 4096, 14336], [2, 2048, 0, 0, 0])])
     _tuned.table.cache_clear()
     on_device(monkeypatch, "sm_90", "NVIDIA H100 NVL", 116)
     assert sw.swiglu_config(4096, 14336, "bfloat16", 0) == sw.SwigluConfig(2, 2048, 0, 0)  # type: ignore[arg-type]
@@ -92,6 +92,12 @@ def test_the_heuristic_reads_the_nearest_device_and_problem(tables: Path, monkey
     assert sw.swiglu_config(4096, 14336, "bfloat16", 0) == sw.swiglu_rule(4096, 14336, "bfloat16")  # type: ignore[arg-type]
     on_device(monkeypatch, "sm_90", H200, 132)
     assert sw.swiglu_config(4096, 14336, "float32", 0) == sw.swiglu_rule(4096, 14336, "float32")  # type: ignore[arg-type]
+    # A fitted cluster stays with its tile and goes when the tile is cut.
+    path.unlink()
+    tune.write_table(path, "swiglu", "sm_90", H200, {**META, "sms": 132}, [entry(["bfloat16", 4096, 11008], [1, 16384, 0, 8, 2])])
+    _tuned.table.cache_clear()
+    assert sw.swiglu_config(4096, 11008, "bfloat16", 0) == sw.SwigluConfig(1, 16384, 0, 8, 2)  # type: ignore[arg-type]
+    assert sw.swiglu_config(4096, 5000, "bfloat16", 0) == sw.SwigluConfig(1, 8192, 0, 8, 0)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"format": 99, "archs": {}}', '{"format": 1, "archs": {"sm_90": {"X": {"sms": 1}}}}',
@@ -138,7 +144,7 @@ def test_an_interrupted_sweep_resumes_from_its_results(tmp_path: Path) -> None:
 
 def test_the_build_describes_every_fitted_device(tables: Path) -> None:
     tune = tune_module()
-    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, {**META, "sms": 132}, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8])])
+    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, {**META, "sms": 132}, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8, 0])])
     targets = _tuned.describe_targets("sm_90", _describe.ARCHS["sm_90"], list(_registry.tunings()))
     assert targets == [_describe.Target("sm_90", 114), _describe.Target("sm_90", 132), _describe.Target("sm_90", 132, H100)]
     assert _tuned.describe_targets("sm_80", _describe.ARCHS["sm_80"], list(_registry.tunings())) == [_describe.Target("sm_80", 108)]
@@ -146,13 +152,13 @@ def test_the_build_describes_every_fitted_device(tables: Path) -> None:
 
 def test_the_backward_reads_its_own_table(tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tune = tune_module()
-    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, META, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8])])
+    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, META, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8, 0])])
     on_device(monkeypatch, "sm_90", H100, 132)
     assert sw.swiglu_config(4096, 14336, "bfloat16", 0) == sw.SwigluConfig(1, 16384, 0, 8)  # type: ignore[arg-type]
     rule = sw.swiglu_rule(4096, 14336, "bfloat16")  # type: ignore[arg-type]
     assert sw.swiglu_config(4096, 14336, "bfloat16", 0, backward=True) == rule  # type: ignore[arg-type]
     tune.write_table(_tuned.path("swiglu_backward"), "swiglu_backward", "sm_90", H100, META,
-                     [entry(["bfloat16", 4096, 14336], [2, 2048, 0, 4])])
+                     [entry(["bfloat16", 4096, 14336], [2, 2048, 0, 4, 0])])
     _tuned.table.cache_clear()
     assert sw.swiglu_config(4096, 14336, "bfloat16", 0, backward=True) == sw.SwigluConfig(2, 2048, 0, 4)  # type: ignore[arg-type]
 
@@ -266,10 +272,10 @@ def test_an_attention_fit_keeps_its_rows_and_takes_the_rules_splits_elsewhere(ta
 
 def test_float16_takes_bfloat16s_fit_until_it_has_its_own_and_float32_never(tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tune = tune_module()
-    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, META, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8])])
+    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, META, [entry(["bfloat16", 4096, 14336], [1, 16384, 0, 8, 0])])
     on_device(monkeypatch, "sm_90", H100, 132)
     assert sw.swiglu_config(4096, 14336, "float16", 0) == sw.SwigluConfig(1, 16384, 0, 8)  # type: ignore[arg-type]
     assert sw.swiglu_config(4096, 14336, "float32", 0) == sw.swiglu_rule(4096, 14336, "float32")  # type: ignore[arg-type]
-    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, META, [entry(["float16", 4096, 14336], [2, 8192, 0, 4])])
+    tune.write_table(_tuned.path("swiglu"), "swiglu", "sm_90", H100, META, [entry(["float16", 4096, 14336], [2, 8192, 0, 4, 0])])
     _tuned.table.cache_clear()
     assert sw.swiglu_config(4096, 14336, "float16", 0) == sw.SwigluConfig(2, 8192, 0, 4)  # type: ignore[arg-type]

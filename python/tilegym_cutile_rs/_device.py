@@ -51,6 +51,17 @@ def _prepare(index: int) -> tuple[int, int]:
     return capability
 
 
+def arch(index: int) -> str:
+    """Device `index`'s architecture, e.g. "sm_90" (prepared as by `prepare`)."""
+    major, minor = prepare(index)
+    return f"sm_{major}{minor}"
+
+
+def has_clusters(arch: str) -> bool:
+    """Whether GPUs of `arch` ("sm_90") run thread-block clusters: Hopper and later."""
+    return int(arch.removeprefix("sm_")[:-1] or 0) >= 9
+
+
 def name(index: int) -> str:
     """Device model and architecture, e.g. "NVIDIA H200 sm_90" (autotuning decisions key on it)."""
     if index < 0:

@@ -87,7 +87,7 @@ def matmul_candidates(
     """The autotuner's search space: tile shapes (cut to the problem), occupancy, worker warps,
     and the rule's and the fitted table's configs (`matmul_config`'s arguments)."""
     configs = {matmul_rule(m, n, k, dtype, arch), matmul_config(m, n, k, dtype, arch, device, batch)}
-    clusters = (0, 2) if int(arch.removeprefix("sm_")[:-1] or 0) >= 9 else (0,)  # clusters from Hopper on
+    clusters = (0, 2) if _device.has_clusters(arch) else (0,)
     for bm in (64, 128):
         for bn in (64, 128, 256):
             for bk in (32, 64):
@@ -103,11 +103,6 @@ def matmul_candidates(
 # decision replaces the heuristic's.
 plans = _op.Plans("matmul", EXPORT)
 chooser = _choice.Chooser("matmul", MatmulConfig, plans)
-
-
-def _arch(index: int) -> str:
-    major, minor = _device.prepare(index)
-    return f"sm_{major}{minor}"
 
 
 # Operands smaller than this many elements are read as they are: a copy would cost more than
@@ -204,7 +199,7 @@ def _product(
     if k == 0:
         return c3.zero_()
     index = _op.device_index(a3)
-    arch = _arch(index)
+    arch = _device.arch(index)
     if config is not None:
         chosen = _choice.check_config(config, MatmulConfig)
     else:
@@ -423,7 +418,7 @@ def _warmup(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, au
     torch.autograd.backward([c], [torch.ones_like(c)])
     m, k = shape[-2], shape[-1]
     index = _op.device_index(a)
-    return matmul_config(m, m, k, dtype, _arch(index), index, shape[0] if a.dim() == 3 else 1)
+    return matmul_config(m, m, k, dtype, _device.arch(index), index, shape[0] if a.dim() == 3 else 1)
 
 
 def _smoke(device: torch.device) -> str:

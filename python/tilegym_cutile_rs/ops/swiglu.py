@@ -18,19 +18,24 @@ FORWARD, BACKWARD = "cutile_swiglu_forward", "cutile_swiglu_backward"
 
 
 class SwigluConfig(NamedTuple):
-    """A swiglu launch: `[block_m, block_n]` output tiles per CTA (powers of two), with
-    `occupancy` CTAs per SM and `warps` worker warps per CTA (0: tileiras' choice)."""
+    """A swiglu launch: `[block_m, block_n]` output tiles (powers of two), with `occupancy`
+    CTAs per SM, `warps` worker warps per CTA (0: tileiras' choice) and `cga` CTAs per
+    cluster sharing each tile (sm_90 and later; 0: no cluster)."""
 
     block_m: int
     block_n: int
     occupancy: int = 0
     warps: int = 0
+    cga: int = 0
 
 
 # The rule a device without a fitted table takes (docs/benchmarks.md says what it measured):
 # tiles of TILE_ELEMENTS elements, at most MAX_BLOCK_N wide, rows filling the rest.
 TILE_ELEMENTS = 4096
 MAX_BLOCK_N = 1024
+# Tiles at least this large are also tried split over a cluster of 2 CTAs (cuTile Python's
+# silu_and_mul does so from 8 KiB tiles on sm_90: docs/benchmarks.md, "swiglu").
+CLUSTER_MIN_ELEMENTS = 8192
 
 
 def swiglu_rule(m: int, h: int, dtype: torch.dtype) -> SwigluConfig:
@@ -52,23 +57,29 @@ def swiglu_config(m: int, h: int, dtype: torch.dtype, device: int | None = None,
 
 
 def _adapt(config: tuple[int, ...], problem: _tuned.Problem, fitted: _tuned.Problem) -> tuple[int, ...]:
-    """A fitted config for a nearby problem: row and column blocks no larger than the problem's."""
+    """A fitted config for a nearby problem: row and column blocks no larger than the problem's,
+    and no cluster once the tile is cut (a cluster splits a tile the fit found large)."""
     _, m, h = problem
-    return (min(config[0], _op.next_pow2(m)), min(config[1], _op.next_pow2(h)), *config[2:])
+    block_m, block_n = min(config[0], _op.next_pow2(m)), min(config[1], _op.next_pow2(h))
+    cut = (block_m, block_n) != tuple(config[:2])
+    return (block_m, block_n, *config[2:4], 0 if cut else config[4])
 
 
-def swiglu_candidates(m: int, h: int, dtype: torch.dtype) -> list[SwigluConfig]:
-    """The autotuner's and the tuning tool's search space: tile widths up to a whole row,
-    tile sizes, occupancy, worker warps."""
+def swiglu_candidates(m: int, h: int, dtype: torch.dtype, arch: str = "sm_90") -> list[SwigluConfig]:
+    """The autotuner's search space on `arch`: tile widths up to a whole row, tile sizes,
+    occupancy, worker warps, and from sm_90 on tiles of CLUSTER_MIN_ELEMENTS or more shared
+    by a cluster of 2 CTAs."""
     configs = {swiglu_rule(m, h, dtype), swiglu_config(m, h, dtype), swiglu_config(m, h, dtype, backward=True)}
     widest = max(_op.next_pow2(h), 256)
+    clusters = (0, 2) if _device.has_clusters(arch) else (0,)
     for block_n in (256, 512, 1024, 2048, 4096, 8192, 16384):
         if block_n <= widest:
             for elements in (2048, 4096, 8192, 16384):
                 if elements < block_n:
                     continue
                 block_m = min(max(1, elements // block_n), _op.next_pow2(m))
-                configs.update(SwigluConfig(block_m, block_n, occ, warps) for occ in (0, 2, 4) for warps in (0, 4, 8))
+                for cga in clusters if block_m * block_n >= CLUSTER_MIN_ELEMENTS else (0,):
+                    configs.update(SwigluConfig(block_m, block_n, occ, warps, cga) for occ in (0, 2, 4) for warps in (0, 4, 8))
     return sorted(configs)
 
 
@@ -101,7 +112,7 @@ def _choose(a2: torch.Tensor, index: int, config: Any, autotune: bool, backward:
         (index, a2.dtype, m, h),
         lambda: f"{kernel}|{_device.name(index)}|{a2.dtype}|h<={_op.next_pow2(h)}|m~{min(_op.next_pow2(m), 1 << 20)}",
         lambda: swiglu_config(m, h, a2.dtype, index, backward=backward),
-        lambda: swiglu_candidates(m, h, a2.dtype),
+        lambda: swiglu_candidates(m, h, a2.dtype, _device.arch(index)),
         tuner,
         autotune,
     )
@@ -279,7 +290,7 @@ def swiglu(
     Rows with a unit last-dim stride are read in place; other layouts are copied once.
     The kernel runs on the current stream without blocking the host (CUDA-graph
     capturable). Gradients flow to a and b through our backward kernel.
-    `config=SwigluConfig(block_m, block_n, occupancy, warps)` or `autotune=True` as for softmax.
+    `config=SwigluConfig(block_m, block_n, occupancy, warps, cga)` or `autotune=True` as for softmax.
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.swiglu.
     """
     if config is None and not autotune and not _torch_ops.is_compiling():
@@ -705,7 +716,8 @@ def _tuning_bench_backward(problem: _tuned.Problem, device: Any) -> Any:
 def _tuning_candidates(problem: _tuned.Problem) -> list[SwigluConfig]:
     """The sweep's configs: tiles from 256 wide (the widest that divides 11008) to a whole row
     of up to 8192 elements (or one row, when wider), each with tileiras' choice of warps, 4 or
-    8; occupancy left to tileiras."""
+    8; occupancy left to tileiras; tiles of CLUSTER_MIN_ELEMENTS or more also shared by a
+    cluster of 2 CTAs (the sweep runs on the GPU it fits: before sm_90 those fail and lose)."""
     _, m, h = problem
     widest = max(_op.next_pow2(h), 256)
     shapes = {
@@ -714,7 +726,10 @@ def _tuning_candidates(problem: _tuned.Problem) -> list[SwigluConfig]:
         for elements in (block_n, 2048, 4096, 8192) if elements >= block_n
     }
     rule = swiglu_rule(m, h, _tuned.torch_dtype(problem[0]))
-    return sorted({rule, *(SwigluConfig(bm, bn, 0, warps) for bm, bn in shapes for warps in (0, 4, 8))})
+    return sorted({rule, *(
+        SwigluConfig(bm, bn, 0, warps, cga)
+        for bm, bn in shapes for warps in (0, 4, 8) for cga in ((0, 2) if bm * bn >= CLUSTER_MIN_ELEMENTS else (0,))
+    )})
 
 
 def _tuning(name: str, bench: Any, planes: int) -> _tuned.Tuning:

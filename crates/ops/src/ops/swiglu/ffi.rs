@@ -4,7 +4,8 @@ use crate::abi::{ffi_guard, read_desc, TensorDesc};
 
 /// `y = silu(a) * b` over the 2-D views `a` and `b` (`[M, H]`, unit column stride,
 /// any row stride) into the contiguous `y`, in `[block_m, block_n]` tiles.
-/// `occupancy` and `warps` > 0 are tileiras hints (0: its own choice). Enqueued on
+/// `occupancy`, `warps` and `cga` (CTAs per cluster, sm_90 and later: a cluster shares
+/// one tile) > 0 are tileiras hints (0: its own choice). Enqueued on
 /// `stream` (a CUstream on `device`) and not waited for. Returns a `CUTILE_*` status.
 ///
 /// # Safety
@@ -20,12 +21,13 @@ pub unsafe extern "C" fn cutile_swiglu_forward(
     block_n: i32,
     occupancy: i32,
     warps: i32,
+    cga: i32,
     device: i32,
     stream: u64,
 ) -> i32 {
     ffi_guard(|| {
         let (y, a, b) = unsafe { (read_desc(y, "y")?, read_desc(a, "a")?, read_desc(b, "b")?) };
-        super::launch::forward(&y, &a, &b, block_m, block_n, occupancy, warps, device, stream)
+        super::launch::forward(&y, &a, &b, block_m, block_n, occupancy, warps, cga, device, stream)
     })
 }
 
@@ -46,12 +48,13 @@ pub unsafe extern "C" fn cutile_swiglu_backward(
     block_n: i32,
     occupancy: i32,
     warps: i32,
+    cga: i32,
     device: i32,
     stream: u64,
 ) -> i32 {
     ffi_guard(|| {
         let (dg, dy) = unsafe { (read_desc(dg, "dg")?, read_desc(dy, "dy")?) };
         let (a, b) = unsafe { (read_desc(a, "a")?, read_desc(b, "b")?) };
-        super::launch::backward(&dg, &dy, &a, &b, block_m, block_n, occupancy, warps, device, stream)
+        super::launch::backward(&dg, &dy, &a, &b, block_m, block_n, occupancy, warps, cga, device, stream)
     })
 }

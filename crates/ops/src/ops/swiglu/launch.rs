@@ -28,10 +28,10 @@ fn check_inputs(names: &[&str], inputs: &[&CheckedTensor]) -> OpResult<(i32, i32
     Ok((first.shape[0], first.shape[1], first.dtype))
 }
 
-fn check_config(block_m: i32, block_n: i32, occupancy: i32, warps: i32) -> OpResult<Hints> {
+fn check_config(block_m: i32, block_n: i32, occupancy: i32, warps: i32, cga: i32) -> OpResult<Hints> {
     check_block("block_m", block_m)?;
     check_block("block_n", block_n)?;
-    Hints::checked(occupancy, warps)
+    Hints::checked(occupancy, warps)?.with_cga(cga)
 }
 
 // The C export's flat scalar parameters, passed straight through.
@@ -44,6 +44,7 @@ pub fn forward(
     block_n: i32,
     occupancy: i32,
     warps: i32,
+    cga: i32,
     device: i32,
     stream: u64,
 ) -> OpResult<()> {
@@ -51,7 +52,7 @@ pub fn forward(
     if !y.is_contiguous() {
         return Err(OpError::invalid(format!("y must be contiguous (strides [{h}, 1]), got {:?}", y.strides)));
     }
-    let hints = check_config(block_m, block_n, occupancy, warps)?;
+    let hints = check_config(block_m, block_n, occupancy, warps, cga)?;
     if m == 0 || h == 0 {
         return Ok(());
     }
@@ -130,12 +131,13 @@ pub fn backward(
     block_n: i32,
     occupancy: i32,
     warps: i32,
+    cga: i32,
     device: i32,
     stream: u64,
 ) -> OpResult<()> {
     let (m, h, dtype) = check_inputs(&["dy", "a", "b"], &[dy, a, b])?;
     check_gradients(dg, m, h, dtype)?;
-    let hints = check_config(block_m, block_n, occupancy, warps)?;
+    let hints = check_config(block_m, block_n, occupancy, warps, cga)?;
     if m == 0 || h == 0 {
         return Ok(());
     }
