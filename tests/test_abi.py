@@ -23,8 +23,8 @@ def desc(lib, shape, strides=None, dtype=None, ptr=0x1000):  # type: ignore[no-u
     return d
 
 
-def call(lib, x, y, block_m=1, block_n=256, occupancy=0, warps=0, device=0):  # type: ignore[no-untyped-def]
-    status = lib.cutile_softmax(x, y, block_m, block_n, occupancy, warps, device, 0)
+def call(lib, x, y, block_m=1, block_n=256, occupancy=0, warps=0, cga=0, device=0):  # type: ignore[no-untyped-def]
+    status = lib.cutile_softmax(x, y, block_m, block_n, occupancy, warps, cga, device, 0)
     return status, _library.last_error()
 
 
@@ -57,6 +57,8 @@ def test_null_descriptor(lib) -> None:  # type: ignore[no-untyped-def]
         ({"shape": [2, 3]}, {"shape": [2, 3]}, (1, 4, 0, 3), "warps = 3"),
         ({"shape": [2, 3]}, {"shape": [2, 3]}, (1, 4, 0, -4), "warps"),
         ({"shape": [2, 3]}, {"shape": [2, 3]}, (1, 4, 0, 64), "warps"),
+        ({"shape": [2, 3]}, {"shape": [2, 3]}, (1, 4, 0, 0, 3), "cga = 3"),
+        ({"shape": [2, 3]}, {"shape": [2, 3]}, (1, 1 << 18, 0, 0, 2), "1..=131072 with a cluster of 2"),
     ],
 )
 def test_bad_descriptors_are_refused(lib, x_kw, y_kw, block, fragment) -> None:  # type: ignore[no-untyped-def]

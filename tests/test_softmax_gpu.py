@@ -245,6 +245,26 @@ def test_explicit_configs_agree(config: tuple[int, ...]) -> None:
     torch.testing.assert_close(y, reference(x), **TOL[torch.bfloat16])
 
 
+@pytest.mark.parametrize(
+    "n, dtype, config",
+    [
+        (151936, torch.bfloat16, (1, 262144, 0, 8, 8)),  # one tile per row over 8 CTAs, the last one's part cut
+        (128256, torch.float32, (1, 131072, 1, 8, 4)),
+        (50257, torch.bfloat16, (1, 65536, 0, 8, 4)),  # a gathered row (not whole 16-byte vectors)
+        (32768, torch.float16, (1, 32768, 0, 0, 2)),  # a power-of-two row: the exact kernel
+        (40000, torch.float32, (1, 32768, 0, 8, 2)),  # longer than the tile: the row loop in a cluster
+    ],
+)
+def test_row_tiles_shared_by_a_cluster_where_the_gpu_has_them(n: int, dtype: torch.dtype, config: tuple[int, ...]) -> None:
+    x = torch.randn(19, n, device="cuda", dtype=dtype) * 4
+    x[3, : n // 3] = -torch.inf  # a row's max and sum spread over the cluster's CTAs
+    if torch.cuda.get_device_capability() < (9, 0):  # no clusters: the toolchain's refusal is an exception, not a crash
+        with pytest.raises(tilegym_cutile_rs.CutileError):
+            tilegym_cutile_rs.softmax(x, config=config)
+        return
+    torch.testing.assert_close(tilegym_cutile_rs.softmax(x, config=config), reference(x), **TOL[dtype])
+
+
 def test_warps_the_toolchain_refuses_are_an_error_not_a_crash() -> None:
     # Tile IR 13.4 takes 4 or 8 worker warps; the library accepts Tile IR's wider domain.
     from tilegym_cutile_rs import _toolchain
@@ -256,7 +276,7 @@ def test_warps_the_toolchain_refuses_are_an_error_not_a_crash() -> None:
             tilegym_cutile_rs.softmax(x, config=(1, 256, 0, 16))
         # Past the Python check, cutile refuses the hint in a compile error, not a crash.
         status = _library.library().cutile_softmax(
-            _abi.tensor_desc(x), _abi.tensor_desc(torch.empty_like(x)), 1, 256, 0, 16, 0, _device.current_stream(0)
+            _abi.tensor_desc(x), _abi.tensor_desc(torch.empty_like(x)), 1, 256, 0, 16, 0, 0, _device.current_stream(0)
         )
         with pytest.raises(CutileError, match="num_worker_warps_per_cta"):
             _abi.check_status(status, "softmax")

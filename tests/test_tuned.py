@@ -181,8 +181,8 @@ def test_a_softmax_fit_carries_only_to_the_same_kernel_family_and_row_class(tabl
 
     tune = tune_module()
     tune.write_table(_tuned.path("softmax"), "softmax", "sm_90", H100, META, [
-        {"problem": ["bfloat16", 4096, 50257], "config": [1, 4096, 2, 8], "us": 200.0, "rule": [1, 8192, 4, 8], "rule_us": 250.0},
-        {"problem": ["bfloat16", 8192, 1000], "config": [16, 1024, 4, 0], "us": 10.0, "rule": [8, 1024, 0, 0], "rule_us": 12.0},
+        {"problem": ["bfloat16", 4096, 50257], "config": [1, 4096, 2, 8, 0], "us": 200.0, "rule": [1, 8192, 4, 8, 0], "rule_us": 250.0},
+        {"problem": ["bfloat16", 8192, 1000], "config": [16, 1024, 4, 0, 0], "us": 10.0, "rule": [8, 1024, 0, 0, 0], "rule_us": 12.0},
     ])
     on_device(monkeypatch, "sm_90", H100, 132)
     bf16 = torch.bfloat16

@@ -90,7 +90,7 @@ fn main() {
     let (xd, yd) = (desc(x_ptr, m as i64, n as i64), desc(y_ptr, m as i64, n as i64));
     let ffi = || {
         // SAFETY: both descriptors describe live allocations of m x n f32.
-        let rc = unsafe { cutile_softmax(&xd, &yd, BLOCK_M, block_n, OCCUPANCY, 0, 0, stream_handle) };
+        let rc = unsafe { cutile_softmax(&xd, &yd, BLOCK_M, block_n, OCCUPANCY, 0, 0, 0, stream_handle) };
         assert_eq!(rc, 0, "cutile_softmax failed with status {rc}");
     };
     ffi(); // compiles (or loads) the kernel

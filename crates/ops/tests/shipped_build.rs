@@ -20,7 +20,7 @@ fn describe(arch: &str, m: i64, n: i64, block_m: i32, block_n: i32) {
     unsafe {
         assert_eq!(cutile_describe_begin(arch.as_ptr()), CUTILE_OK);
         // Device -1 and stream 0: describe mode never touches either.
-        assert_eq!(cutile_softmax(&x, &y, block_m, block_n, 0, 0, -1, 0), CUTILE_OK);
+        assert_eq!(cutile_softmax(&x, &y, block_m, block_n, 0, 0, 0, -1, 0), CUTILE_OK);
     }
     let mut described = 0;
     assert_eq!(unsafe { cutile_describe_end(&mut described) }, CUTILE_OK);

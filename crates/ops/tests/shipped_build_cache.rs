@@ -21,7 +21,7 @@ fn build(out: &Path, n: i64, block_n: i32) -> i32 {
     let (x, y) = (view(4096, n), view(4096, n));
     unsafe {
         assert_eq!(cutile_describe_begin(arch.as_ptr()), CUTILE_OK);
-        assert_eq!(cutile_softmax(&x, &y, 1, block_n, 0, 0, -1, 0), CUTILE_OK);
+        assert_eq!(cutile_softmax(&x, &y, 1, block_n, 0, 0, 0, -1, 0), CUTILE_OK);
     }
     let mut described = 0;
     assert_eq!(unsafe { cutile_describe_end(&mut described) }, CUTILE_OK);

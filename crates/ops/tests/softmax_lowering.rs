@@ -69,3 +69,35 @@ fn real_launch_checks_survive_the_warm_start_codec() {
         assert_eq!(cutile_ops::entry::decode_checks(&text).as_ref(), Some(&checks), "{kernel}:\n{text}");
     }
 }
+
+/// A row tile shared by a cluster (each CTA holding its part, tileiras reducing across the
+/// cluster): vocabulary rows read once. Every architecture with clusters assembles them.
+#[test]
+fn cluster_shared_row_tiles_assemble_where_clusters_exist() {
+    let strides: &[(&str, &[i32])] = &[("y", &[151936, 1]), ("x", &[151936, 1])];
+    for (kernel, dtype, block_n, cga) in [
+        ("softmax_row_tile", "bf16", "262144", 8),
+        ("softmax_row_tile", "f32", "65536", 4),
+        ("softmax_row_tile_exact", "bf16", "32768", 2),
+    ] {
+        common::lower_clustered(
+            __module_ast_self,
+            "softmax_kernels",
+            kernel,
+            &[dtype, "1", block_n],
+            strides,
+            cga,
+            &["sm_90", "sm_100", "sm_120"],
+        );
+    }
+    let gather: &[(&str, &[i32])] = &[("y", &[50257, 1]), ("x", &[50257, 1])];
+    common::lower_clustered(
+        __module_ast_self,
+        "softmax_kernels",
+        "softmax_row_gather",
+        &["bf16", "1", "65536"],
+        gather,
+        4,
+        &["sm_90"],
+    );
+}

@@ -45,3 +45,29 @@ fn backward_lowers_for_every_dtype_and_architecture() {
         lower_and_assemble("swiglu_backward", dtype, [4, 1024], exact, strides);
     }
 }
+
+#[test]
+fn a_tile_shared_by_a_cluster_assembles_where_clusters_exist() {
+    // 11008 columns in a 16384-wide tile over two CTAs: the cut edge falls in the second.
+    let strides: &[(&str, &[i32])] = &[("y", &[11008, 1]), ("a", &[22016, 1]), ("b", &[22016, 1])];
+    common::lower_clustered(
+        __module_ast_self,
+        "swiglu_kernels",
+        "swiglu_forward",
+        &["bf16", "1", "16384", "1", "0"],
+        strides,
+        2,
+        &["sm_90", "sm_100", "sm_120"],
+    );
+    let backward: &[(&str, &[i32])] =
+        &[("dg", &[22016, 11008, 1]), ("dy", &[11008, 1]), ("a", &[22016, 1]), ("b", &[22016, 1])];
+    common::lower_clustered(
+        __module_ast_self,
+        "swiglu_kernels",
+        "swiglu_backward",
+        &["bf16", "1", "16384", "1", "0"],
+        backward,
+        2,
+        &["sm_90"],
+    );
+}

@@ -60,3 +60,34 @@ pub fn assemble(name: &str, arch: &str, bytecode: &[u8]) {
     assert!(std::fs::metadata(&output).unwrap().len() > 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Lowers `module`'s `kernel` as `lower_and_assemble` does, with `cga` CTAs per cluster, for
+/// each of `archs` (those with clusters), checking the hint reaches Tile IR.
+#[allow(dead_code)] // only the ops with a cluster option use it
+pub fn lower_clustered(
+    module: fn() -> Module,
+    module_name: &str,
+    kernel: &str,
+    generics: &[&str],
+    strides: &[(&str, &[i32])],
+    cga: i32,
+    archs: &[&str],
+) {
+    for arch in archs {
+        let artifacts = KernelCompiler::new(module, module_name, kernel)
+            .generics(generics.iter().map(|g| g.to_string()).collect())
+            .strides(strides)
+            .options(cutile::tile_kernel::CompileOptions::default().num_cta_in_cga(cga))
+            .target(arch)
+            .compile()
+            .unwrap_or_else(|e| {
+                panic!("{kernel}<{generics:?}> with {cga} CTAs per cluster failed to lower for {arch}: {e}")
+            });
+        assert!(artifacts.ir_text().contains("num_cta_in_cga"), "the cluster hint must reach Tile IR");
+        assemble(
+            &format!("{kernel}_{}_cga{cga}_{arch}", generics.join("_")),
+            arch,
+            &artifacts.bytecode().expect("bytecode"),
+        );
+    }
+}

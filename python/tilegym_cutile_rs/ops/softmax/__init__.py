@@ -46,7 +46,7 @@ def _choose(x2: torch.Tensor, index: int, autotune: bool) -> SoftmaxConfig:
         (index, x2.dtype, m, n, row_stride % 8),
         lambda: shape_class(_device.name(index), x2.dtype, m, n, family()),
         lambda: softmax_config(m, n, x2.dtype, family(), index),
-        lambda: softmax_candidates(m, n, x2.dtype, family()),
+        lambda: softmax_candidates(m, n, x2.dtype, family(), _device.arch(index)),
         tuner,
         autotune,
     )

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ... import _library, _tuned
+from ... import _device, _library, _tuned
 from ..._op import next_pow2
 
 if TYPE_CHECKING:
@@ -24,14 +24,16 @@ if TYPE_CHECKING:
 
 
 class SoftmaxConfig(NamedTuple):
-    """A softmax launch: `block_m` rows of `block_n` columns per CTA tile (powers of two;
+    """A softmax launch: `block_m` rows of `block_n` columns per tile (powers of two;
     block_n >= n takes one tile per row, else the row loop over block_n tiles), with
-    `occupancy` CTAs per SM and `warps` worker warps per CTA (0: tileiras' choice)."""
+    `occupancy` CTAs per SM, `warps` worker warps per CTA (0: tileiras' choice) and `cga`
+    CTAs of a cluster sharing each tile (sm_90 and later; 0: one CTA a tile)."""
 
     block_m: int
     block_n: int
     occupancy: int = 0
     warps: int = 0
+    cga: int = 0
 
 
 # The rule's tables, fitted on an H200 and kept as data (rules.json, which says what each
@@ -74,6 +76,12 @@ MIN_CTAS: int = _RULES["min_ctas"]
 MAX_TILE_ELEMENTS = 32768
 # Worker warps per CTA the autotuner tries: tileiras' choice, or 8.
 WARPS = (0, 8)
+# Rows of CLUSTER_MIN_BLOCK_N or more (rounded up) also try one tile per row shared by a
+# cluster of 2, 4 or 8 CTAs, each holding CLUSTER_MIN_CTA_ELEMENTS to MAX_TILE_ELEMENTS of it:
+# a vocabulary row read from memory once instead of twice (docs/benchmarks.md, "softmax").
+CLUSTER_MIN_BLOCK_N = 16384
+CLUSTER_MIN_CTA_ELEMENTS = 4096
+CLUSTERS = (2, 4, 8)
 
 
 def row_family(dtype: torch.dtype, m: int, n: int, row_stride: int | None = None) -> int:
@@ -139,8 +147,9 @@ def softmax_rule(m: int, n: int, dtype: torch.dtype, family: int | None = None) 
     return SoftmaxConfig(1, loop_n, occupancy, warps)
 
 
-def softmax_candidates(m: int, n: int, dtype: torch.dtype, family: int | None = None) -> list[SoftmaxConfig]:
-    """The autotuner's search space around the heuristic: row blocks, tile widths, occupancy, warps."""
+def softmax_candidates(m: int, n: int, dtype: torch.dtype, family: int | None = None, arch: str = "sm_90") -> list[SoftmaxConfig]:
+    """The autotuner's search space on `arch` around the heuristic: row blocks, tile widths,
+    occupancy, warps, and from sm_90 on long rows in one tile shared by a cluster."""
     base = softmax_config(m, n, dtype, family)
     rule = softmax_rule(m, n, dtype, family)
     shapes: set[tuple[int, int]] = set()
@@ -154,6 +163,10 @@ def softmax_candidates(m: int, n: int, dtype: torch.dtype, family: int | None = 
             if width < n:
                 shapes.add((1, width))
     configs = {SoftmaxConfig(bm, bn, occ, warps) for bm, bn in shapes for occ in (0, 1, 2, 4) for warps in WARPS}
+    if block_n >= CLUSTER_MIN_BLOCK_N and _device.has_clusters(arch):
+        for cga in CLUSTERS:
+            if CLUSTER_MIN_CTA_ELEMENTS <= block_n // cga <= MAX_TILE_ELEMENTS:
+                configs.update(SoftmaxConfig(1, block_n, occ, warps, cga) for occ in (0, 1) for warps in WARPS)
     configs.update((base, rule))
     return sorted(configs)
 

@@ -21,7 +21,10 @@ const _: () = assert!(
 /// Rows up to `block_n` long take one tile; longer rows loop over `block_n`
 /// tiles. `block_m` rows share a CTA. `occupancy` > 0 asks tileiras for that
 /// many resident CTAs per SM, `warps` > 0 for that many worker warps per CTA
-/// (0: its own choice for either). The kernel is enqueued on `stream` (a
+/// (0: its own choice for either). `cga` > 0 shares each tile among a cluster
+/// of that many CTAs (sm_90 and later; tileiras reduces across the cluster), so
+/// a row tile may then be up to `cga` x `CUTILE_MAX_BLOCK` wide: a row of a
+/// large vocabulary read once. The kernel is enqueued on `stream` (a
 /// CUstream on `device`, 0 for the legacy default stream) and not waited for.
 /// Returns a `CUTILE_*` status; on failure `cutile_last_error()` says why.
 ///
@@ -38,13 +41,14 @@ pub unsafe extern "C" fn cutile_softmax(
     block_n: i32,
     occupancy: i32,
     warps: i32,
+    cga: i32,
     device: i32,
     stream: u64,
 ) -> i32 {
     ffi_guard(|| {
         let x = unsafe { crate::abi::read_desc(x, "x") }?;
         let y = unsafe { crate::abi::read_desc(y, "y") }?;
-        super::launch::softmax(&x, &y, block_m, block_n, occupancy, warps, device, stream)
+        super::launch::softmax(&x, &y, block_m, block_n, occupancy, warps, cga, device, stream)
     })
 }
 
