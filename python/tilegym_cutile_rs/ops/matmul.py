@@ -539,7 +539,7 @@ def _shipped(device: torch.device) -> None:
 TUNING_PRODUCTS = [
     (1, 8192, 8192, 8192), (1, 4096, 4096, 4096), (1, 3072, 6144, 2720), (1, 1024, 1024, 1024), (1, 1024, 1024, 1023),
     *((1, m, n, k) for m in (4096, 128, 16, 1) for k, n in ((4096, 14336), (14336, 4096), (4096, 128256))),
-    (64, 4096, 4096, 128), (4, 1024, 512, 1024), (4, 128, 256, 511),
+    (64, 4096, 4096, 128), (4, 1024, 512, 1024), (4, 1024, 256, 1024), (4, 128, 256, 511),
 ]
 # The sweep's tile shapes (block_m, block_n, block_k): the rule's, wider ones (two warpgroups'
 # 128 x 256 and its transpose, 256 x 256 as a CTA pair splits it), and narrower ones for skinny products.
