@@ -4,6 +4,7 @@
 
 use cutile::compile_api::KernelCompiler;
 use cutile::cutile_compiler::ast::Module;
+use cutile::tile_kernel::CompileOptions;
 
 /// The architectures we ship kernels for, one per major family.
 #[allow(dead_code)] // not every test file lowers for all of them
@@ -19,17 +20,49 @@ pub fn lower_and_assemble(
     strides: &[(&str, &[i32])],
     archs: &[&str],
 ) -> String {
+    lower_with(module, module_name, kernel, generics, strides, CompileOptions::default(), "", archs)
+}
+
+/// As `lower_and_assemble`, with `cga` CTAs per cluster (for the architectures with
+/// clusters), checking the hint reaches Tile IR.
+#[allow(dead_code)] // only the ops with a cluster option use it
+pub fn lower_clustered(
+    module: fn() -> Module,
+    module_name: &str,
+    kernel: &str,
+    generics: &[&str],
+    strides: &[(&str, &[i32])],
+    cga: i32,
+    archs: &[&str],
+) {
+    let options = CompileOptions::default().num_cta_in_cga(cga);
+    let ir = lower_with(module, module_name, kernel, generics, strides, options, &format!("_cga{cga}"), archs);
+    assert!(ir.contains("num_cta_in_cga"), "the cluster hint must reach Tile IR");
+}
+
+#[allow(clippy::too_many_arguments)]
+fn lower_with(
+    module: fn() -> Module,
+    module_name: &str,
+    kernel: &str,
+    generics: &[&str],
+    strides: &[(&str, &[i32])],
+    options: CompileOptions,
+    tag: &str,
+    archs: &[&str],
+) -> String {
     let mut ir = String::new();
     for arch in archs {
         let artifacts = KernelCompiler::new(module, module_name, kernel)
             .generics(generics.iter().map(|g| g.to_string()).collect())
             .strides(strides)
+            .options(options.clone())
             .target(arch)
             .compile()
-            .unwrap_or_else(|e| panic!("{kernel}<{generics:?}> failed to lower for {arch}: {e}"));
+            .unwrap_or_else(|e| panic!("{kernel}<{generics:?}>{tag} failed to lower for {arch}: {e}"));
         let bytecode = artifacts.bytecode().expect("bytecode");
         assert_eq!(&bytecode[..8], &[0x7F, b'T', b'i', b'l', b'e', b'I', b'R', 0x00]);
-        assemble(&format!("{kernel}_{}_{arch}", generics.join("_")), arch, &bytecode);
+        assemble(&format!("{kernel}_{}{tag}_{arch}", generics.join("_")), arch, &bytecode);
         ir = artifacts.ir_text();
     }
     ir
@@ -59,35 +92,4 @@ pub fn assemble(name: &str, arch: &str, bytecode: &[u8]) {
     );
     assert!(std::fs::metadata(&output).unwrap().len() > 0);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Lowers `module`'s `kernel` as `lower_and_assemble` does, with `cga` CTAs per cluster, for
-/// each of `archs` (those with clusters), checking the hint reaches Tile IR.
-#[allow(dead_code)] // only the ops with a cluster option use it
-pub fn lower_clustered(
-    module: fn() -> Module,
-    module_name: &str,
-    kernel: &str,
-    generics: &[&str],
-    strides: &[(&str, &[i32])],
-    cga: i32,
-    archs: &[&str],
-) {
-    for arch in archs {
-        let artifacts = KernelCompiler::new(module, module_name, kernel)
-            .generics(generics.iter().map(|g| g.to_string()).collect())
-            .strides(strides)
-            .options(cutile::tile_kernel::CompileOptions::default().num_cta_in_cga(cga))
-            .target(arch)
-            .compile()
-            .unwrap_or_else(|e| {
-                panic!("{kernel}<{generics:?}> with {cga} CTAs per cluster failed to lower for {arch}: {e}")
-            });
-        assert!(artifacts.ir_text().contains("num_cta_in_cga"), "the cluster hint must reach Tile IR");
-        assemble(
-            &format!("{kernel}_{}_cga{cga}_{arch}", generics.join("_")),
-            arch,
-            &artifacts.bytecode().expect("bytecode"),
-        );
-    }
 }
