@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from . import _describe, _library
 
 if TYPE_CHECKING:
-    from ._op import Plans
+    from ._op import KeptLaunches
 
 # An op's config type: a NamedTuple class of ints, some fields with defaults.
 ConfigT = TypeVar("ConfigT", bound=tuple[int, ...])
@@ -28,7 +28,7 @@ class Chooser(Generic[ConfigT]):
 
     MEMO_MAX = 4096
 
-    def __init__(self, op: str, config_type: type[ConfigT], plans: Plans | None = None) -> None:
+    def __init__(self, op: str, config_type: type[ConfigT], plans: KeptLaunches[Any] | None = None) -> None:
         self.op, self.config_type, self.plans = op, config_type, plans
         self._memo: dict[Any, tuple[ConfigT, bool]] = {}
 

@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from time import monotonic
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from . import _abi, _describe, _device, _library, _progress
 
@@ -141,32 +141,54 @@ class Plan:
             _abi.check_status(status, self.op, hint=_hint(status, slot, self.what))
 
 
-_NO_PLANS: dict[Any, tuple[int, Plan]] = {}  # what a thread without plans looks up; never written
+_NOTHING_KEPT: dict[Any, tuple[int, Any]] = {}  # what a thread without kept launches looks up; never written
+KeptT = TypeVar("KeptT")
 
 
-class Plans:
-    """One op's plans, per thread (their descriptors are mutated per call), keyed by
-    everything that makes two calls the same launch; dropped whenever a config decision changes."""
+class KeptLaunches(Generic[KeptT]):
+    """What an op keeps of its launches (plans, or a group of them), per thread (a plan's
+    descriptors are mutated per call), keyed by everything that makes two calls the same
+    launch; dropped whenever a config decision changes (`invalidate`, the op's Chooser)."""
 
     MAX = 1024
 
-    def __init__(self, op: str, export: str) -> None:
-        self.op, self.export = op, export
+    def __init__(self, op: str) -> None:
+        self.op = op
         self.generation = 0
         self._local = threading.local()
 
-    def _table(self) -> dict[Any, tuple[int, Plan]]:
-        """This thread's plans, each with the generation it was kept in."""
+    def _table(self) -> dict[Any, tuple[int, KeptT]]:
+        """This thread's kept launches, each with the generation it was kept in."""
         try:
-            table: dict[Any, tuple[int, Plan]] = self._local.plans
+            table: dict[Any, tuple[int, KeptT]] = self._local.plans
         except AttributeError:
             table = self._local.plans = {}
         return table
 
-    def get(self, key: Any) -> Plan | None:
-        """This thread's plan for `key`, if it is still current (the per-call fast path)."""
-        kept = getattr(self._local, "plans", _NO_PLANS).get(key)
+    def get(self, key: Any) -> KeptT | None:
+        """This thread's kept launch for `key`, if it is still current (the per-call fast path)."""
+        kept = getattr(self._local, "plans", _NOTHING_KEPT).get(key)
         return kept[1] if kept is not None and kept[0] == self.generation else None
+
+    def keep(self, key: Any, kept: KeptT) -> None:
+        """`kept` under `key` (one launch two calls reach by different keys may be kept twice)."""
+        if _describe.describing():
+            return  # a plan of meta tensors is never run
+        table = self._table()
+        if len(table) >= self.MAX:
+            table.clear()
+        table[key] = (self.generation, kept)
+
+    def invalidate(self) -> None:
+        self.generation += 1
+
+
+class Plans(KeptLaunches[Plan]):
+    """One op's plans of one export: a public call's fast path (`reusable`, `make`)."""
+
+    def __init__(self, op: str, export: str) -> None:
+        super().__init__(op)
+        self.export = export
 
     def reusable(self, key: Any, *tensors: Any) -> Plan | None:
         """This thread's current plan for `key` where a public call may run it: its tensors plain
@@ -187,18 +209,6 @@ class Plans:
         plan = Plan(self.op, self.export, tensors, args, index, dense)
         self.keep(key, plan)
         return plan
-
-    def keep(self, key: Any, plan: Plan) -> None:
-        """`plan` also under `key` (one launch two calls reach by different keys)."""
-        if _describe.describing():
-            return  # a plan of meta tensors is never run
-        table = self._table()
-        if len(table) >= self.MAX:
-            table.clear()
-        table[key] = (self.generation, plan)
-
-    def invalidate(self) -> None:
-        self.generation += 1
 
 
 _launch_plans: dict[str, Plans] = {}  # per export: the plans `launch` keys by the whole launch

@@ -5,10 +5,9 @@ the RMSNorm modules TileGym's model patches put in place of a model's own."""
 from __future__ import annotations
 
 import functools
-import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import _choice, _describe, _device, _op, _registry, _torch_ops, _tuned
+from .. import _choice, _device, _op, _registry, _torch_ops, _tuned
 
 if TYPE_CHECKING:
     import torch
@@ -110,7 +109,10 @@ def _check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: flo
 
 
 forward_chooser = _choice.Chooser("rms_norm", RmsNormConfig)
-backward_chooser = _choice.Chooser("rms_norm backward", RmsNormConfig)
+# The kept backwards by `_backward`'s key: both launches' plans and the partials' shape; dropped
+# when a tuned decision replaces the heuristic's.
+backward_plans: _op.KeptLaunches[tuple[_op.Plan, _op.Plan, tuple[int, int]]] = _op.KeptLaunches("rms_norm backward")
+backward_chooser = _choice.Chooser("rms_norm backward", RmsNormConfig, backward_plans)
 
 
 def _config(x2: torch.Tensor, config: Any, index: int, backward: bool = False, autotune: bool = False) -> RmsNormConfig:
@@ -175,20 +177,6 @@ def _forward(x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config
     return y2.view(x.shape)
 
 
-# This thread's kept backwards by `_backward`'s key: the two launches' plans and the partials'
-# shape (a plan's descriptors are mutated per call, so they are per thread, as `_op.Plans`).
-_kept_backwards = threading.local()
-KEPT_MAX = 1024
-
-
-def _kept() -> dict[Any, tuple[_op.Plan, _op.Plan, tuple[int, int]]]:
-    try:
-        table: dict[Any, tuple[_op.Plan, _op.Plan, tuple[int, int]]] = _kept_backwards.table
-    except AttributeError:
-        table = _kept_backwards.table = {}
-    return table
-
-
 def _backward(
     dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float, offset: float, config: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,7 +192,7 @@ def _backward(
     key = None
     if config is None:
         key = (dy.shape, dy.stride(), x.shape, x.stride(), w.shape, w.stride(), x.dtype, w.dtype, x.get_device(), eps, offset)
-        kept = _kept().get(key)
+        kept = backward_plans.get(key)
         if kept is not None:
             rows_plan, sum_plan, part_shape = kept
             dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -220,11 +208,8 @@ def _backward(
     dw = torch.empty((n,), dtype=w.dtype, device=x.device)
     plans = _launch_backward(dx, dw, dy2, x2, wc, float(eps), float(offset), _config(x2, config, index, backward=True), index)
     in_place = (x2.data_ptr(), dy2.data_ptr(), wc.data_ptr()) == (x.data_ptr(), dy.data_ptr(), w.data_ptr())
-    if key is not None and in_place and not _describe.describing():  # a plan of meta tensors is never run
-        table = _kept()
-        if len(table) >= KEPT_MAX:
-            table.clear()
-        table[key] = plans
+    if key is not None and in_place:
+        backward_plans.keep(key, plans)
     return dx.view(x.shape), dw
 
 
