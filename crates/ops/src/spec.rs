@@ -12,8 +12,16 @@ use cutile::tile_kernel::{CompileOptions, TileFunctionKey};
 
 /// Checks one tile edge of a config: a power of two in `1..=CUTILE_MAX_BLOCK`.
 pub fn check_block(name: &str, value: i32) -> OpResult<()> {
-    if !(1..=CUTILE_MAX_BLOCK).contains(&value) || value & (value - 1) != 0 {
-        return Err(OpError::invalid(format!("{name} = {value}: must be a power of two in 1..={CUTILE_MAX_BLOCK}")));
+    check_shared_block(name, value, 0)
+}
+
+/// As `check_block`, for an edge a cluster of `cga` CTAs shares (each CTA holding at most
+/// `CUTILE_MAX_BLOCK` of it): up to `cga` times as long.
+pub fn check_shared_block(name: &str, value: i32, cga: i32) -> OpResult<()> {
+    let widest = CUTILE_MAX_BLOCK.saturating_mul(cga.max(1));
+    if !(1..=widest).contains(&value) || value & (value - 1) != 0 {
+        let shared = if cga > 1 { format!(" with a cluster of {cga} CTAs") } else { String::new() };
+        return Err(OpError::invalid(format!("{name} = {value}: must be a power of two in 1..={widest}{shared}")));
     }
     Ok(())
 }
@@ -169,6 +177,15 @@ mod tests {
         for bad in [0, 3, -4, CUTILE_MAX_BLOCK * 2] {
             assert!(check_block("block_m", bad).unwrap_err().message.starts_with("block_m = "));
         }
+        // A cluster's CTAs share an edge: cga times as long.
+        assert!(
+            check_block("block_n", CUTILE_MAX_BLOCK).is_ok()
+                && check_shared_block("block_n", CUTILE_MAX_BLOCK * 4, 4).is_ok()
+        );
+        assert!(check_block("block_n", CUTILE_MAX_BLOCK * 2).unwrap_err().message.contains("1..=65536"));
+        let err = check_shared_block("block_n", CUTILE_MAX_BLOCK * 8, 4).unwrap_err();
+        assert!(err.message.contains("1..=262144 with a cluster of 4 CTAs"), "{}", err.message);
+        assert!(check_shared_block("block_n", 3 * 1024, 2).is_err() && check_shared_block("block_n", 0, 2).is_err());
         assert!(Hints::checked(0, 0).is_ok() && Hints::checked(CUTILE_MAX_OCCUPANCY, 32).is_ok());
         assert!(Hints::checked(-1, 0).is_err() && Hints::checked(CUTILE_MAX_OCCUPANCY + 1, 0).is_err());
         for bad in [3, 64, -8] {

@@ -71,16 +71,21 @@ def swiglu_candidates(m: int, h: int, dtype: torch.dtype, arch: str = "sm_90") -
     by a cluster of 2 CTAs."""
     configs = {swiglu_rule(m, h, dtype), swiglu_config(m, h, dtype), swiglu_config(m, h, dtype, backward=True)}
     widest = max(_op.next_pow2(h), 256)
-    clusters = (0, 2) if _device.has_clusters(arch) else (0,)
     for block_n in (256, 512, 1024, 2048, 4096, 8192, 16384):
         if block_n <= widest:
             for elements in (2048, 4096, 8192, 16384):
                 if elements < block_n:
                     continue
                 block_m = min(max(1, elements // block_n), _op.next_pow2(m))
-                for cga in clusters if block_m * block_n >= CLUSTER_MIN_ELEMENTS else (0,):
+                for cga in _clusters(block_m, block_n, arch):
                     configs.update(SwigluConfig(block_m, block_n, occ, warps, cga) for occ in (0, 2, 4) for warps in (0, 4, 8))
     return sorted(configs)
+
+
+def _clusters(block_m: int, block_n: int, arch: str = "sm_90") -> tuple[int, ...]:
+    """The cga values a search tries for a `[block_m, block_n]` tile on `arch`: none, and a
+    cluster of 2 for a tile of CLUSTER_MIN_ELEMENTS or more on an architecture with clusters."""
+    return (0, 2) if block_m * block_n >= CLUSTER_MIN_ELEMENTS and _device.has_clusters(arch) else (0,)
 
 
 forward_plans = _op.Plans("swiglu", FORWARD)
@@ -728,7 +733,7 @@ def _tuning_candidates(problem: _tuned.Problem) -> list[SwigluConfig]:
     rule = swiglu_rule(m, h, _tuned.torch_dtype(problem[0]))
     return sorted({rule, *(
         SwigluConfig(bm, bn, 0, warps, cga)
-        for bm, bn in shapes for warps in (0, 4, 8) for cga in ((0, 2) if bm * bn >= CLUSTER_MIN_ELEMENTS else (0,))
+        for bm, bn in shapes for warps in (0, 4, 8) for cga in _clusters(bm, bn)
     )})
 
 

@@ -2,10 +2,9 @@
 //! enqueues it on the caller's stream (crate::launch) without waiting for it.
 
 use super::kernel::softmax_kernels;
-use crate::abi::ffi::CUTILE_MAX_BLOCK;
 use crate::abi::{CheckedTensor, DType, OpError, OpResult};
 use crate::launch::{self, FirstLaunch, Generic, Launch, Param};
-use crate::spec::{check_block, Hints, KernelModule};
+use crate::spec::{check_block, check_shared_block, Hints, KernelModule};
 use cutile::half::{bf16, f16};
 use cutile::prelude::*;
 
@@ -47,7 +46,7 @@ pub fn softmax(
     }
     check_block("block_m", block_m)?;
     let hints = Hints::checked(occupancy, warps)?.with_cga(cga)?;
-    check_row_block(block_n, hints.cga)?;
+    check_shared_block("block_n", block_n, hints.cga)?;
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -63,17 +62,6 @@ pub fn softmax(
         DType::F16 => launch_first::<f16>(first, &launch, x, y, kernel),
         DType::BF16 => launch_first::<bf16>(first, &launch, x, y, kernel),
     })
-}
-
-/// `block_n`: a power of two up to `CUTILE_MAX_BLOCK`, or with a cluster of `cga` CTAs
-/// sharing the tile, up to `cga` times that (each CTA holds at most one tile's worth).
-fn check_row_block(block_n: i32, cga: i32) -> OpResult<()> {
-    let widest = CUTILE_MAX_BLOCK.saturating_mul(cga.max(1));
-    if !(1..=widest).contains(&block_n) || block_n & (block_n - 1) != 0 {
-        let shared = if cga > 1 { format!(" with a cluster of {cga} CTAs") } else { String::new() };
-        return Err(OpError::invalid(format!("block_n = {block_n}: must be a power of two in 1..={widest}{shared}")));
-    }
-    Ok(())
 }
 
 const KERNELS: KernelModule = KernelModule {
@@ -213,16 +201,6 @@ mod tests {
 
     fn view(dtype: DType, m: i32, n: i32, row_stride: i32) -> CheckedTensor {
         CheckedTensor { ptr: 0x1000, dtype, shape: vec![m, n], strides: vec![row_stride, 1] }
-    }
-
-    #[test]
-    fn a_cluster_widens_the_row_tile_by_its_ctas() {
-        assert!(check_row_block(CUTILE_MAX_BLOCK, 0).is_ok());
-        assert!(check_row_block(CUTILE_MAX_BLOCK * 2, 0).unwrap_err().message.contains("1..=65536"));
-        assert!(check_row_block(CUTILE_MAX_BLOCK * 4, 4).is_ok());
-        let err = check_row_block(CUTILE_MAX_BLOCK * 8, 4).unwrap_err();
-        assert!(err.message.contains("1..=262144 with a cluster of 4 CTAs"), "{}", err.message);
-        assert!(check_row_block(3 * 1024, 2).is_err() && check_row_block(0, 2).is_err());
     }
 
     #[test]
