@@ -121,6 +121,11 @@ def test_operands_are_read_in_place_only_with_16_byte_aligned_strides(dtype: tor
         got = mm._operand(t)
         unit = -1 if got.stride(-1) == 1 else -2
         assert got.shape == t.shape and torch.equal(got, t)
+        # The copy is decided by shape and strides alone: a kept plan applies it to new data.
+        other = torch.randn_like(t)
+        fresh = torch.empty_strided(t.shape, t.stride(), dtype=dtype).copy_(other)
+        copied = mm._copying(t).copy(fresh)
+        assert copied.stride() == got.stride() and torch.equal(copied, other)
         assert got.storage_offset() * dtype.itemsize % 16 == 0
         assert all(s * dtype.itemsize % 16 == 0 for d, s in enumerate(got.stride()) if d != got.dim() + unit), got.stride()
     small = torch.randn(8, 7, dtype=dtype)

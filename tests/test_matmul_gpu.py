@@ -181,6 +181,24 @@ def test_repeated_calls_take_the_fast_path_with_each_call_s_data() -> None:
     torch.testing.assert_close(ga, reference(torch.ones(300, 200, device="cuda", dtype=torch.bfloat16), b.t()), **TOL[torch.bfloat16])
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_repeated_calls_of_unaligned_operands_keep_their_copies(transposed: bool) -> None:
+    """2-byte operands with odd strides (K = 511, M = 201, N = 97) are copied to 16-byte
+    strides (`_operand`); a repeated call takes the kept plan, which copies each call's own
+    operands the same way."""
+    a0, b0 = make((4, 201, 511), torch.bfloat16, transposed), make((4, 511, 97), torch.bfloat16, not transposed)
+    torch.testing.assert_close(tilegym_cutile_rs.bmm(a0, b0), reference(a0, b0), **TOL[torch.bfloat16])
+    kept = mm.plans.get(mm._plan_key(a0, b0))
+    assert kept is not None and kept[1] is not None and kept[2] is not None, kept
+    for _ in range(3):
+        a, b = make((4, 201, 511), torch.bfloat16, transposed), make((4, 511, 97), torch.bfloat16, not transposed)
+        torch.testing.assert_close(tilegym_cutile_rs.bmm(a, b), reference(a, b), **TOL[torch.bfloat16])
+    a2, b2 = make((300, 1023), torch.float16, transposed), make((1023, 128), torch.float16, False)
+    for _ in range(3):
+        a2.uniform_(), b2.uniform_()
+        torch.testing.assert_close(tilegym_cutile_rs.matmul(a2, b2), reference(a2, b2), **TOL[torch.float16])
+
+
 def test_clusters_where_the_gpu_has_them() -> None:
     from tilegym_cutile_rs import MatmulConfig
 

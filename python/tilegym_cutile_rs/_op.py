@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from time import monotonic
@@ -182,6 +183,19 @@ class KeptLaunches(Generic[KeptT]):
     def invalidate(self) -> None:
         self.generation += 1
 
+    def reusable(self, key: Any, *tensors: Any) -> KeptT | None:
+        """This thread's current launch for `key` where a public call may run it: its tensors
+        plain (a subclass takes the dispatching path) and none asking autograd for a gradient."""
+        kept = self.get(key)
+        if kept is None:
+            return None
+        torch = sys.modules["torch"]  # imported: it made what was kept
+        for t in tensors:
+            # requires_grad first: the grad-mode query is a call, and almost never needed.
+            if type(t) is not torch.Tensor or (t.requires_grad and torch.is_grad_enabled()):
+                return None
+        return kept
+
 
 class Plans(KeptLaunches[Plan]):
     """One op's plans of one export: a public call's fast path (`reusable`, `make`)."""
@@ -189,19 +203,6 @@ class Plans(KeptLaunches[Plan]):
     def __init__(self, op: str, export: str) -> None:
         super().__init__(op)
         self.export = export
-
-    def reusable(self, key: Any, *tensors: Any) -> Plan | None:
-        """This thread's current plan for `key` where a public call may run it: its tensors plain
-        (a subclass takes the dispatching path) and none asking autograd for a gradient."""
-        plan = self.get(key)
-        if plan is None:
-            return None
-        torch = plan.torch
-        for t in tensors:
-            # requires_grad first: the grad-mode query is a call, and almost never needed.
-            if type(t) is not torch.Tensor or (t.requires_grad and torch.is_grad_enabled()):
-                return None
-        return plan
 
     def make(self, key: Any, tensors: Mapping[str, torch.Tensor], args: Mapping[str, Any], index: int, dense: bool) -> Plan:
         """This thread's plan for `key`: the export bound to descriptors of `tensors` and to

@@ -101,7 +101,8 @@ def matmul_candidates(
 
 # The public calls' plans (the per-call fast path), by `_plan_key`; dropped when a tuned
 # decision replaces the heuristic's.
-plans = _op.Plans("matmul", EXPORT)
+# Each plan with the copies its operands take (`_copying`: None for one read in place).
+plans: _op.KeptLaunches[tuple[_op.Plan, _Padded | None, _Padded | None]] = _op.KeptLaunches("matmul")
 chooser = _choice.Chooser("matmul", MatmulConfig, plans)
 
 
@@ -110,29 +111,52 @@ chooser = _choice.Chooser("matmul", MatmulConfig, plans)
 ALIGN_MIN_ELEMENTS = 64 * 64
 
 
-def _operand(t: torch.Tensor) -> torch.Tensor:
-    """`t` if each of its matrices is row- or column-major with 16-byte aligned strides and
-    start (read in place, through TMA); else a copy whose leading dimension is padded to 16
-    bytes, as a view of `t`'s shape (differentiable). Tile loads through TMA need those
-    alignments: with K = 1023 2-byte elements a row-major `a` was read with plain loads and
-    half the pipeline depth (docs/benchmarks.md, "matmul and bmm")."""
+class _Padded(NamedTuple):
+    """How `_operand` copies an operand it cannot read in place: row-major (of the matrices
+    as they are, or of their transposes where `column_major`), each row padded by `pad`
+    elements. A function of the operand's shape and strides, so a kept plan keeps it."""
+
+    column_major: bool
+    pad: int
+
+    def copy(self, t: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+
+        rm = t.transpose(-1, -2) if self.column_major else t  # the same data, row-major
+        width = rm.shape[-1]
+        padded = F.pad(rm, (0, self.pad))[..., :width]
+        return padded.transpose(-1, -2) if self.column_major else padded
+
+
+def _copying(t: torch.Tensor) -> _Padded | None:
+    """None where `t` is read in place: each of its matrices row- or column-major with
+    16-byte aligned strides and start (read through TMA), or too small for a copy to pay;
+    else the copy `_operand` makes, its leading dimension padded to 16 bytes. Tile loads
+    through TMA need those alignments: with K = 1023 2-byte elements a row-major `a` was
+    read with plain loads and half the pipeline depth (docs/benchmarks.md, "matmul and bmm")."""
     rows, cols = t.shape[-2], t.shape[-1]
     if rows <= 1 or cols <= 1:
-        return t
+        return None  # a vector: any stride is the unit one
     unit = -1 if t.stride(-1) == 1 else -2 if t.stride(-2) == 1 else 0
     size = t.element_size()
     aligned = unit != 0 and t.storage_offset() * size % 16 == 0 and all(
         stride * size % 16 == 0 for d, stride in enumerate(t.stride()) if d != t.dim() + unit and t.shape[d] > 1
     )
-    if aligned or t.numel() < ALIGN_MIN_ELEMENTS:
-        return t if unit != 0 else t.contiguous()
-    import torch.nn.functional as F
-
+    if aligned:
+        return None
+    if t.numel() < ALIGN_MIN_ELEMENTS:
+        # Small: read as it is where the kernel can read it at all, else a plain row-major copy.
+        return None if unit != 0 else _Padded(False, 0)
     column_major = unit == -2
-    rm = t.transpose(-1, -2) if column_major else t  # the same data, row-major
-    width = rm.shape[-1]
-    padded = F.pad(rm, (0, -width % (16 // size)))[..., :width]
-    return padded.transpose(-1, -2) if column_major else padded
+    width = rows if column_major else cols
+    return _Padded(column_major, -width % (16 // size))
+
+
+def _operand(t: torch.Tensor) -> torch.Tensor:
+    """`t` where it is read in place, else its copy (`_copying`), as a view of `t`'s shape
+    (differentiable)."""
+    padded = _copying(t)
+    return t if padded is None else padded.copy(t)
 
 
 def _tf32(dtype: torch.dtype) -> bool:
@@ -166,29 +190,35 @@ def _aligned(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _planned(a: torch.Tensor, b: torch.Tensor, config: Any, autotune: bool) -> torch.Tensor | None:
     """The per-call fast path: a product of plain tensors laid out as one seen before on
-    this thread (read in place), no autograd, the heuristic's config, outside tracing; None
-    where the full path must run."""
+    this thread (read in place, or copied as that one was), no autograd, the heuristic's
+    config, outside tracing; None where the full path must run."""
     if config is not None or autotune or _torch_ops.is_compiling():
         return None
     try:
         key = _plan_key(a, b)
     except (AttributeError, TypeError):
         return None  # not tensors: the checks say what is wrong
-    plan = plans.reusable(key, a, b)
-    if plan is None or not _aligned(a, b):
+    kept = plans.reusable(key, a, b)
+    if kept is None or not _aligned(a, b):
         return None
+    plan, copy_a, copy_b = kept
     c: torch.Tensor = plan.torch.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype, device=a.device)
+    # A copy lives until this returns: torch's allocator orders its reuse after the launch on this stream.
+    a = a if copy_a is None else copy_a.copy(a)
+    b = b if copy_b is None else copy_b.copy(b)
     plan.run(c.data_ptr(), a.data_ptr(), b.data_ptr())
     return c
 
 
 def _product(
-    a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool, persistent: bool | None = None, keep: Any = None
+    a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool, persistent: bool | None = None,
+    keep: tuple[Any, _Padded | None, _Padded | None] | None = None,
 ) -> torch.Tensor:
     """c = a3 · b3 for 3-D operands (each matrix row- or column-major), as a new contiguous
     tensor. `persistent` True or False overrides the chosen config's kernel (TileGym's
     static_persistent); None keeps it. `keep`: a public call's plan key (`_public_key`: None
-    for an explicit config or autotuning), under which the launch is kept for the fast path."""
+    for an explicit config or autotuning) and the copies that made a3 and b3 of its operands,
+    under which the launch is kept for the fast path."""
     import torch
 
     batch, m, k = a3.shape
@@ -221,8 +251,8 @@ def _product(
     if persistent is not None and (chosen.group_m > 0) != persistent:
         chosen = chosen._replace(group_m=GROUP_M if persistent else 0)
     plan = _launch(c3, a3, b3, chosen, index)
-    if keep is not None and _aligned(a3, b3):
-        plans.keep(keep, plan)
+    if keep is not None:
+        plans.keep(keep[0], (plan, keep[1], keep[2]))
     return c3
 
 
@@ -293,15 +323,17 @@ def _run(
     a3: torch.Tensor, b3: torch.Tensor, config: Any, autotune: bool, persistent: bool | None = None, keep: Any = None
 ) -> torch.Tensor:
     """The product of 3-D operands; `keep` (a public call's plan key) where both are plain
-    tensors: the launch is kept for that call's fast path if they are read in place."""
+    tensors: the launch is kept for that call's fast path, with the copies its operands took,
+    if their data pointers are 16-byte aligned (so the copies depend on shapes and strides alone)."""
     import torch
 
-    operands = _operand(a3), _operand(b3)
-    if (operands[0].requires_grad or operands[1].requires_grad) and torch.is_grad_enabled():
-        with_grad: torch.Tensor = _autograd_function().apply(*operands, config, autotune, persistent)
+    copies = _copying(a3), _copying(b3)
+    a, b = (a3 if copies[0] is None else copies[0].copy(a3)), (b3 if copies[1] is None else copies[1].copy(b3))
+    if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
+        with_grad: torch.Tensor = _autograd_function().apply(a, b, config, autotune, persistent)
         return with_grad
-    in_place = operands[0] is a3 and operands[1] is b3
-    return _product(*operands, config, autotune, persistent, keep if in_place else None)
+    kept = (keep, *copies) if keep is not None and _aligned(a3, b3) else None
+    return _product(a, b, config, autotune, persistent, kept)
 
 
 def _public_key(a: torch.Tensor, b: torch.Tensor, config: Any, autotune: bool) -> Any:
