@@ -120,11 +120,13 @@ class _Padded(NamedTuple):
     pad: int
 
     def copy(self, t: torch.Tensor) -> torch.Tensor:
-        import torch.nn.functional as F
-
         rm = t.transpose(-1, -2) if self.column_major else t  # the same data, row-major
         width = rm.shape[-1]
-        padded = F.pad(rm, (0, self.pad))[..., :width]
+        # The padding is left unwritten: the kernels read the view's `width` columns only (as
+        # they must for an unpadded row, whose next elements are the next row's). One copy kernel
+        # where F.pad launched a fill and a copy.
+        padded = rm.new_empty((*rm.shape[:-1], width + self.pad))[..., :width]
+        padded.copy_(rm)
         return padded.transpose(-1, -2) if self.column_major else padded
 
 
