@@ -1,7 +1,7 @@
 """The call into the library, written once: an op's C export called under the watchdog
 (_progress), a failure turned into the exception its status stands for (_abi.check_status),
 and plans, the per-call fast path that reuses a launch's descriptors (`launch`: any repeated
-launch; `Plans.reusable`: an op's public call seen before).
+launch; `KeptLaunches.reusable`: an op's public call seen before).
 
 An op module (`ops/<op>.py`, or a package) keeps only what is its own: argument validation,
 how its tensors map to the kernel's views, its config type and heuristic (chosen through
