@@ -178,6 +178,31 @@ def test_repeated_calls_take_each_call_s_data_and_side_streams() -> None:
     torch.testing.assert_close(y, reference_silu_and_mul(xs[0]), **SILU_AND_MUL_TOL)
 
 
+def test_repeated_silu_and_mul_calls_take_the_fast_path_with_each_call_s_data() -> None:
+    """A silu_and_mul of a layout seen before runs its kept plan on each call's own halves: 3-D
+    and row-strided x (rows read in place), an odd H, a side stream, and a gradient request
+    or out= never served by the plan."""
+    base = torch.randn(6, 40, 2 * 777 + 10, device="cuda", dtype=torch.bfloat16)
+    for i in range(3):
+        x = base[2 * i:2 * i + 2, :, : 2 * 777]  # rows 2 * 777 + 10 apart
+        torch.testing.assert_close(tilegym_cutile_rs.silu_and_mul(x), reference_silu_and_mul(x), **SILU_AND_MUL_TOL)
+        assert sw.forward_plans.get(sw._halves_key(x)) is not None
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        y = tilegym_cutile_rs.silu_and_mul(base[4:, :, : 2 * 777])
+    side.synchronize()
+    torch.testing.assert_close(y, reference_silu_and_mul(base[4:, :, : 2 * 777]), **SILU_AND_MUL_TOL)
+    leaf = base.clone().requires_grad_(True)
+    x = leaf[:2, :, : 2 * 777]  # the layout of a kept plan, now asking for gradients
+    y = tilegym_cutile_rs.silu_and_mul(x)
+    assert y.grad_fn is not None
+    (dx,) = torch.autograd.grad(y.float().sum(), leaf)
+    assert dx[:2, :, : 2 * 777].abs().sum() > 0 and dx[2:].abs().sum() == 0
+    out = torch.empty(2, 40, 777, device="cuda", dtype=torch.bfloat16)
+    assert tilegym_cutile_rs.silu_and_mul(base[:2, :, : 2 * 777], out) is out
+    torch.testing.assert_close(out, reference_silu_and_mul(base[:2, :, : 2 * 777]), **SILU_AND_MUL_TOL)
+
+
 def test_repeated_backward_steps_take_each_step_s_data() -> None:
     """A training step's later backwards run the plan the first kept (on autograd's device
     thread): each step's own dy, a and b (swiglu and silu_and_mul), and an expanded dy (a
