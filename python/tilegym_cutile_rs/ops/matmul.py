@@ -154,11 +154,15 @@ def _copying(t: torch.Tensor) -> _Padded | None:
     return _Padded(column_major, -width % (16 // size))
 
 
-def _operand(t: torch.Tensor) -> torch.Tensor:
-    """`t` where it is read in place, else its copy (`_copying`), as a view of `t`'s shape
-    (differentiable)."""
-    padded = _copying(t)
+def _read(t: torch.Tensor, padded: _Padded | None) -> torch.Tensor:
+    """What the kernel reads of `t`: `t` itself where `padded` is None, else its copy, as a
+    view of `t`'s shape (differentiable)."""
     return t if padded is None else padded.copy(t)
+
+
+def _operand(t: torch.Tensor) -> torch.Tensor:
+    """`t` where it is read in place, else its copy (`_copying`)."""
+    return _read(t, _copying(t))
 
 
 def _tf32(dtype: torch.dtype) -> bool:
@@ -205,9 +209,9 @@ def _planned(a: torch.Tensor, b: torch.Tensor, config: Any, autotune: bool) -> t
         return None
     plan, copy_a, copy_b = kept
     c: torch.Tensor = plan.torch.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype, device=a.device)
-    # A copy lives until this returns: torch's allocator orders its reuse after the launch on this stream.
-    a = a if copy_a is None else copy_a.copy(a)
-    b = b if copy_b is None else copy_b.copy(b)
+    # Both copies held until the launch is enqueued (a freed one could become the other), then
+    # until this returns: torch's allocator orders their reuse after the launch on this stream.
+    a, b = _read(a, copy_a), _read(b, copy_b)
     plan.run(c.data_ptr(), a.data_ptr(), b.data_ptr())
     return c
 
@@ -330,7 +334,7 @@ def _run(
     import torch
 
     copies = _copying(a3), _copying(b3)
-    a, b = (a3 if copies[0] is None else copies[0].copy(a3)), (b3 if copies[1] is None else copies[1].copy(b3))
+    a, b = _read(a3, copies[0]), _read(b3, copies[1])
     if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
         with_grad: torch.Tensor = _autograd_function().apply(a, b, config, autotune, persistent)
         return with_grad
