@@ -84,3 +84,14 @@ def test_every_split_puts_q_and_k_in_as_many_blocks(hq: int, hk: int) -> None:
         assert -(-hq // tile_q) == blocks == -(-hk // tile_k), (blocks, tile_q, tile_k)
     with pytest.raises(ValueError, match=r"pass one of those"):
         rp._tiles(hq, hk, max(splits) + 1)
+
+
+@pytest.mark.parametrize("b, s, hq, hk, d", [(1, 1, 32, 8, 128), (2, 7, 5, 1, 64), (0, 3, 4, 2, 16), (2, 0, 4, 2, 16), (1, 3, 0, 0, 8), (1, 3, 4, 2, 0)])
+def test_outputs_are_transformers_layout_with_torch_s_own_strides(b: int, s: int, hq: int, hk: int, d: int) -> None:
+    """rope's outputs, made strided at once, match `torch.empty([B, S, H, D]).transpose(1, 2)`
+    stride for stride, empty extents included (fake and real tensors must agree)."""
+    q = torch.empty(b, s, hq, d, dtype=torch.bfloat16).transpose(1, 2)
+    k = torch.empty(b, s, hk, d, dtype=torch.bfloat16).transpose(1, 2)
+    for out, x, heads in zip(rp._outputs(q, k), (q, k), (hq, hk), strict=True):
+        like = torch.empty(b, s, heads, d, dtype=x.dtype).transpose(1, 2)
+        assert (out.shape, out.stride(), out.dtype, out.device) == (like.shape, like.stride(), like.dtype, like.device)

@@ -318,9 +318,7 @@ def _partials(out: torch.Tensor, heads: int, splits: int) -> tuple[torch.Tensor,
     if splits <= 1:
         return out, out
     b, s_q, width = out.shape
-    acc = torch.empty((splits * b, s_q, width), dtype=torch.float32, device=out.device)
-    ml = torch.empty((splits * b, s_q, 2 * heads), dtype=torch.float32, device=out.device)
-    return acc, ml
+    return out.new_empty((splits * b, s_q, width), dtype=torch.float32), out.new_empty((splits * b, s_q, 2 * heads), dtype=torch.float32)
 
 
 # The backward's tiles (no fitted table yet): query tiles of BACKWARD_ROWS rows and key tiles
@@ -524,7 +522,7 @@ def attention_sink(
         if plan is not None:
             b, s_q, h_kv, group, d = query.shape
             start = _start_q(start_q, key.shape[1], query.device)
-            out = torch.empty((b, s_q, h_kv * group * d), dtype=query.dtype, device=query.device)
+            out = query.new_empty((b, s_q, h_kv * group * d))
             acc, ml = _partials(out, h_kv * group, plan.args[_PLAN_SPLITS])
             plan.run(out.data_ptr(), query.data_ptr(), key.data_ptr(), value.data_ptr(), sinks.data_ptr(),
                      start.data_ptr(), acc.data_ptr(), ml.data_ptr())  # fmt: skip

@@ -208,7 +208,7 @@ def _planned(a: torch.Tensor, b: torch.Tensor, config: Any, autotune: bool) -> t
     if kept is None or not _aligned(a, b):
         return None
     plan, copy_a, copy_b = kept
-    c: torch.Tensor = plan.torch.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype, device=a.device)
+    c: torch.Tensor = a.new_empty((*a.shape[:-1], b.shape[-1]))
     # Both copies held until the launch is enqueued (a freed one could become the other), then
     # until this returns: torch's allocator orders their reuse after the launch on this stream.
     a, b = _read(a, copy_a), _read(b, copy_b)

@@ -141,13 +141,15 @@ def _check(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
 
 def _outputs(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Fresh `[B, S, heads, D]` buffers, seen as `[B, heads, S, D]` (transformers' own layout
-    after its projections)."""
-    import torch
-
+    after its projections): torch's contiguous strides of `[B, S, heads, D]` (an empty extent
+    counted as 1), transposed, made at once. `torch.empty` then `transpose` took 4x the host
+    time on every fast-path call (docs/benchmarks.md, "rope")."""
     b, hq, s, d = q.shape
     hk = k.shape[1]
-    return (torch.empty((b, s, hq, d), dtype=q.dtype, device=q.device).transpose(1, 2),
-            torch.empty((b, s, hk, d), dtype=k.dtype, device=k.device).transpose(1, 2))
+    d1, s1 = max(d, 1), max(s, 1)
+    row_q, row_k = d1 * max(hq, 1), d1 * max(hk, 1)
+    return (q.new_empty_strided((b, hq, s, d), (row_q * s1, d1, row_q, 1)),
+            k.new_empty_strided((b, hk, s, d), (row_k * s1, d1, row_k, 1)))
 
 
 def _unit_last(t: torch.Tensor) -> torch.Tensor:

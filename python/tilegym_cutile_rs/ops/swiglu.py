@@ -311,7 +311,7 @@ def swiglu(
             key = None  # not tensors: the checks below say what is wrong
         plan = forward_plans.reusable(key, a, b) if key is not None else None
         if plan is not None:
-            y: torch.Tensor = plan.torch.empty_like(a) if plan.dense else plan.torch.empty(a.shape, dtype=a.dtype, device=a.device)
+            y: torch.Tensor = plan.torch.empty_like(a) if plan.dense else a.new_empty(a.shape)
             plan.run(y.data_ptr(), a.data_ptr(), b.data_ptr())
             return y
     traced = _torch_ops.traced_or_fake(a, b)
@@ -374,7 +374,7 @@ def silu_and_mul(
             key = None  # not a tensor: the checks below say what is wrong
         plan = forward_plans.reusable(key, x) if key is not None else None
         if plan is not None:
-            y: torch.Tensor = plan.torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
+            y: torch.Tensor = x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
             ptr = x.data_ptr()
             plan.run(y.data_ptr(), ptr, ptr + x.shape[-1] // 2 * x.element_size())
             return y
