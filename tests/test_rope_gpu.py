@@ -90,8 +90,9 @@ def test_repeated_calls_read_their_own_data() -> None:
 
 
 def test_repeated_backward_steps_read_their_own_gradients() -> None:
-    """A training step's later backwards run the plan the first kept (on autograd's thread):
-    each step's own gradients, rotated back; a transposed gradient (copied) takes the full path."""
+    """A training step's later forwards and backwards run the plans the first kept (the
+    backward's on autograd's thread): each step's own q and k rotated and its own gradients
+    rotated back; a transposed gradient (copied) takes the full path."""
     torch.manual_seed(1)
     cos, sin = tables(2, 9, 64, torch.bfloat16)
     for step in range(4):
@@ -99,6 +100,9 @@ def test_repeated_backward_steps_read_their_own_gradients() -> None:
         k = torch.randn(2, 9, 2, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_(True)
         q_out, k_out = tilegym_cutile_rs.rope(q, k, cos, sin)
         q_ref, k_ref = hf_rotate_half(q, k, cos, sin)
+        assert rp.plans.get(rp._layout_key("call", None, q, k, cos, sin)) is not None  # kept by the first step's forward
+        for got, want in zip((q_out, k_out), (q_ref, k_ref), strict=True):
+            torch.testing.assert_close(got.float(), want, **TOL[torch.bfloat16])
         dq, dk = torch.randn_like(q_out), torch.randn_like(k_out)
         if step == 3:
             dq = torch.randn(*q_out.shape[:-1], 64, device="cuda", dtype=torch.bfloat16).transpose(-1, -2).contiguous().transpose(-1, -2)

@@ -196,6 +196,21 @@ def _layout_key(kind: str, extra: Any, q: torch.Tensor, k: torch.Tensor, cos: to
             cos.shape, cos.stride(), cos.dtype, cos.get_device(), sin.shape, sin.stride(), sin.dtype, sin.get_device())
 
 
+def _kept_for_training(call_key: Any, q: Any, k: Any, cos: Any, sin: Any) -> Any:
+    """The plan kept for `call_key` where this call asks gradients of q or k (the training
+    forward's fast path: a Llama layer's rope every step), its four tensors plain and the
+    tables asking none; else None."""
+    plan = plans.get(call_key)
+    if plan is None:
+        return None
+    torch = plan.torch
+    if any(type(t) is not torch.Tensor for t in (q, k, cos, sin)) or not torch.is_grad_enabled():
+        return None
+    if cos.requires_grad or sin.requires_grad or not (q.requires_grad or k.requires_grad):
+        return None
+    return plan
+
+
 def _backward(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int,
               config: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The gradients' inverse rotation. A training step's later backwards (the heuristic's
@@ -222,16 +237,22 @@ def _autograd_function() -> Any:
 
         @staticmethod
         def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: int,
-                    config: Any) -> tuple[torch.Tensor, torch.Tensor]:
+                    config: Any, plan: Any, keep_as: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            """`plan`: the call's kept plan (the training forward's fast path), else a launch,
+            kept under `keep_as` where that is not None."""
             ctx.save_for_backward(cos, sin)
             ctx.half, ctx.config = half, config
-            return _launch(q, k, cos, sin, half, 1.0, config)
+            if plan is None:
+                return _launch(q, k, cos, sin, half, 1.0, config, keep_as)
+            q_out, k_out = _outputs(q, k)
+            plan.run(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(), cos.data_ptr(), sin.data_ptr())
+            return q_out, k_out
 
         @staticmethod
         def backward(ctx: Any, dq: torch.Tensor, dk: torch.Tensor) -> tuple[Any, ...]:
             cos, sin = ctx.saved_tensors
             dq_in, dk_in = _backward(dq, dk, cos, sin, ctx.half, ctx.config)
-            return dq_in, dk_in, None, None, None, None
+            return dq_in, dk_in, None, None, None, None, None, None
 
     return Rope
 
@@ -270,6 +291,13 @@ def rope(
                 q_out, k_out = _outputs(q, k)
                 plan.run(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(), cos.data_ptr(), sin.data_ptr())
                 return q_out, k_out
+            plan = _kept_for_training(call_key, q, k, cos, sin)
+            if plan is not None:
+                # The same plan under autograd: the tables as the call that kept it took them
+                # (its own tensors, viewed 3-D), saved for the backward.
+                half = _half(q.shape[-1], rotary_dim)
+                q_out, k_out = _autograd_function().apply(q, k, _tables(cos, "cos", q), _tables(sin, "sin", q), half, None, plan, None)
+                return q_out, k_out
     import torch
 
     if not all(isinstance(t, torch.Tensor) for t in (q, k, cos, sin)):
@@ -289,13 +317,14 @@ def rope(
         raise NotImplementedError("rope computes no gradient for cos and sin; pass them detached (transformers' tables are buffers)")
     if config is not None:
         config = _choice.check_config(config, RopeConfig)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
-        q_out, k_out = _autograd_function().apply(q, k, cos3, sin3, half, config)
-        return q_out, k_out
-    # The fast path may serve this call's repeats where the kernel reads the call's own tensors.
+    # The fast paths may serve this call's repeats where the kernel reads the call's own tensors.
     own = all(type(t) is torch.Tensor for t in (q, k, cos, sin)) and cos3.data_ptr() == cos.data_ptr() and sin3.data_ptr() == sin.data_ptr()
     own = own and all(t.shape[-1] <= 1 or t.stride(-1) == 1 for t in (q, k))
-    return _launch(q, k, cos3, sin3, half, 1.0, config, call_key if own else None)
+    keep_as = call_key if own else None
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        q_out, k_out = _autograd_function().apply(q, k, cos3, sin3, half, config, None, keep_as)
+        return q_out, k_out
+    return _launch(q, k, cos3, sin3, half, 1.0, config, keep_as)
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
