@@ -177,19 +177,15 @@ def _swiglu_grad_planes(
     dy: torch.Tensor, a2: torch.Tensor, b2: torch.Tensor, config: Any, shape: torch.Size, autotune: bool = False
 ) -> torch.Tensor:
     """da and db stacked, `[2, *shape]`, from one backward launch into the two planes."""
-    import torch
-
-    planes = torch.empty((2, *a2.shape), dtype=a2.dtype, device=a2.device)  # da, db
+    planes = a2.new_empty((2, *a2.shape))  # da, db
     _backward(dy, a2, b2, planes.permute(1, 0, 2), config, autotune)
     return planes.view(2, *shape)
 
 
 def _silu_and_mul_grad(dy: torch.Tensor, x2: torch.Tensor, config: Any, shape: torch.Size, autotune: bool = False) -> torch.Tensor:
     """dx of silu_and_mul on the `[M, 2H]` rows x2, as a tensor of `shape`, written once."""
-    import torch
-
     m, h = x2.shape[0], x2.shape[1] // 2
-    dx = torch.empty((m, 2 * h), dtype=x2.dtype, device=x2.device)
+    dx = x2.new_empty((m, 2 * h))
     _backward(dy, x2[:, :h], x2[:, h:], dx.view(m, 2, h), config, autotune)
     return dx.view(shape)
 
@@ -244,7 +240,7 @@ def _autograd_functions() -> tuple[Any, Any]:
             h = a.shape[-1] if a.dim() else 1
             m = a.numel() // max(h, 1)
             a2, b2 = _op.row_view(a, m, h), _op.row_view(b, m, h)
-            y2 = torch.empty((m, h), dtype=a.dtype, device=a.device)
+            y2 = a.new_empty((m, h))
             _forward(a2, b2, y2, config, autotune)
             ctx.config, ctx.autotune = config, autotune  # an explicit config serves both kernels
             ctx.save_for_backward(a2, b2)
@@ -265,7 +261,7 @@ def _autograd_functions() -> tuple[Any, Any]:
             h2 = x.shape[-1]
             m, h = x.numel() // max(h2, 1), h2 // 2
             x2 = _op.row_view(x, m, h2)
-            y2 = torch.empty((m, h), dtype=x.dtype, device=x.device)
+            y2 = x.new_empty((m, h))
             _forward(x2[:, :h], x2[:, h:], y2, config, autotune)
             ctx.config, ctx.autotune = config, autotune
             ctx.save_for_backward(x2)
