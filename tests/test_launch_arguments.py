@@ -48,3 +48,22 @@ def test_every_shipped_launch_of_every_op_passes_the_check(name: str) -> None:
     # `resolve` takes the described launches off the library's pending list again.
     _, described = _ship_build.resolve(_describe.Target("sm_90", 132), lambda: _registry.ops()[name].shipped(torch.device("meta")))
     assert described > 0
+
+
+def test_kept_launches_serve_plain_tensors_and_parameters_only() -> None:
+    """A fast path takes torch.Tensor and nn.Parameter (a model's weights and sinks, which
+    dispatch as plain tensors) with no gradient asked for; any other subclass, or a tensor
+    asking for a gradient under grad mode, takes the full path."""
+
+    class Traced(torch.Tensor):
+        pass
+
+    kept = _op.KeptLaunches[str]("test")
+    kept.keep("k", "plan")
+    x, weight = torch.ones(4), torch.nn.Parameter(torch.ones(4))
+    assert kept.reusable("k", x) == "plan" and kept.reusable("other", x) is None
+    assert kept.reusable("k", weight) is None  # it asks for a gradient, and grad mode is on
+    with torch.no_grad():
+        assert kept.reusable("k", x, weight) == "plan"
+        assert kept.reusable("k", x.as_subclass(Traced)) is None
+    assert _op.plain(x) and _op.plain(weight) and not _op.plain(x.as_subclass(Traced)) and not _op.plain(None)

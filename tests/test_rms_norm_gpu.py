@@ -64,6 +64,26 @@ def test_repeated_backward_steps_read_their_own_data() -> None:
                                    atol=TOL[torch.bfloat16]["atol"] * scale + 1e-6 * 96)
 
 
+def test_repeated_calls_take_the_fast_path_with_each_call_s_data() -> None:
+    """A call of a layout seen before (a model's Parameter weight, under no_grad, strided rows
+    read in place) runs the plan it kept on each call's own x and weight; another eps, a weight
+    that needs a cast, or a gradient request takes the full path."""
+    torch.manual_seed(4)
+    base = torch.randn(3, 64, 2048 + 8, device="cuda", dtype=torch.bfloat16)
+    weight = torch.nn.Parameter((1 + 0.1 * torch.randn(2048, device="cuda")).to(torch.bfloat16))
+    with torch.no_grad():
+        for i in range(3):
+            x = base[i, :, :2048]  # rows 2056 apart
+            y = tilegym_cutile_rs.rms_norm(x, weight, 1e-5, 1.0 if i == 2 else 0.0)
+            torch.testing.assert_close(y, rn.reference(x, weight, 1e-5, 1.0 if i == 2 else 0.0), **TOL[torch.bfloat16])
+            weight.mul_(1.5)  # the next call reads the weight's new values
+        assert rn.forward_plans.get(rn._plan_key(base[0, :, :2048], weight, 1e-5, 0.0)) is not None
+        y = tilegym_cutile_rs.rms_norm(base[1, :, :2048], weight.float(), 1e-5)  # cast per call: not kept
+        torch.testing.assert_close(y, rn.reference(base[1, :, :2048], weight, 1e-5), **TOL[torch.bfloat16])
+    y = tilegym_cutile_rs.rms_norm(base[0, :, :2048], weight, 1e-5)
+    assert y.grad_fn is not None
+
+
 def test_strided_rows_a_float32_weight_and_eps_zero() -> None:
     base = torch.randn(64, 3000, device="cuda", dtype=torch.bfloat16)
     x = base[:, 100:1100]  # strided rows, read in place

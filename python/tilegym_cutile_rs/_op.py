@@ -142,6 +142,15 @@ class Plan:
             _abi.check_status(status, self.op, hint=_hint(status, slot, self.what))
 
 
+def plain(t: Any) -> bool:
+    """A tensor the fast paths take: torch.Tensor itself or an nn.Parameter (a model's weights,
+    sinks; its torch-function handling is disabled, so it dispatches as a plain tensor). Any other
+    subclass takes the full, dispatching path."""
+    torch = sys.modules["torch"]
+    cls = type(t)
+    return cls is torch.Tensor or cls is torch.nn.Parameter
+
+
 _NOTHING_KEPT: dict[Any, tuple[int, Any]] = {}  # what a thread without kept launches looks up; never written
 KeptT = TypeVar("KeptT")
 
@@ -192,7 +201,7 @@ class KeptLaunches(Generic[KeptT]):
         torch = sys.modules["torch"]  # imported: it made what was kept
         for t in tensors:
             # requires_grad first: the grad-mode query is a call, and almost never needed.
-            if type(t) is not torch.Tensor or (t.requires_grad and torch.is_grad_enabled()):
+            if (type(t) is not torch.Tensor and not plain(t)) or (t.requires_grad and torch.is_grad_enabled()):
                 return None
         return kept
 

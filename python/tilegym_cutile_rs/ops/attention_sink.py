@@ -509,7 +509,6 @@ def attention_sink(
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.attention_sink,
     or where an input requires grad attention_sink_train, differentiated by attention_sink_backward.
     """
-    import torch
 
     if config is None and not autotune and not _torch_ops.is_compiling():
         window = _window(sliding_window)
@@ -544,7 +543,7 @@ def attention_sink(
     if b and s_q:
         _launch(out, q3, k3, v3, s, start, scale, window, group, d, chosen, index)
         in_place = q3.data_ptr() == query.data_ptr() and k3.data_ptr() == key.data_ptr() and v3.data_ptr() == value.data_ptr()
-        if config is None and not autotune and in_place and s is sinks and type(query) is torch.Tensor:
+        if config is None and not autotune and in_place and s is sinks and all(map(_op.plain, (query, key, value, sinks))):
             tensors, args = _arguments(out, q3, k3, v3, s, start, scale, window, group, d, chosen)
             plans.make(_plan_key(query, key, value, sinks, float(sm_scale), window), tensors, args, index, dense=True)
     return out

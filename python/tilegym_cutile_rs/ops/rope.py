@@ -204,7 +204,7 @@ def _kept_for_training(call_key: Any, q: Any, k: Any, cos: Any, sin: Any) -> Any
     if plan is None:
         return None
     torch = plan.torch
-    if any(type(t) is not torch.Tensor for t in (q, k, cos, sin)) or not torch.is_grad_enabled():
+    if not all(map(_op.plain, (q, k, cos, sin))) or not torch.is_grad_enabled():
         return None
     if cos.requires_grad or sin.requires_grad or not (q.requires_grad or k.requires_grad):
         return None
@@ -318,7 +318,7 @@ def rope(
     if config is not None:
         config = _choice.check_config(config, RopeConfig)
     # The fast paths may serve this call's repeats where the kernel reads the call's own tensors.
-    own = all(type(t) is torch.Tensor for t in (q, k, cos, sin)) and cos3.data_ptr() == cos.data_ptr() and sin3.data_ptr() == sin.data_ptr()
+    own = all(map(_op.plain, (q, k, cos, sin))) and cos3.data_ptr() == cos.data_ptr() and sin3.data_ptr() == sin.data_ptr()
     own = own and all(t.shape[-1] <= 1 or t.stride(-1) == 1 for t in (q, k))
     keep_as = call_key if own else None
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):

@@ -325,7 +325,7 @@ def swiglu(
     a2, b2 = _op.row_view(a, m, h), _op.row_view(b, m, h)
     y2 = torch.empty((m, h), dtype=a.dtype, device=a.device)
     chosen = _forward(a2, b2, y2, config, autotune)
-    if config is None and not autotune and type(a) is type(b) is torch.Tensor and a2.numel():
+    if config is None and not autotune and _op.plain(a) and _op.plain(b) and a2.numel():
         if a2.data_ptr() == a.data_ptr() and b2.data_ptr() == b.data_ptr() and a.is_contiguous() == b.is_contiguous():
             forward_plans.make(_plan_key(a, b), *_forward_arguments(y2, a2, b2, chosen), _op.device_index(a2), dense=a.is_contiguous())
     return y2.view(a.shape)
@@ -403,7 +403,7 @@ def silu_and_mul(
     y2 = out.view(m, h) if out is not None and direct else torch.empty((m, h), dtype=x.dtype, device=x.device)
     chosen = _forward(x2[:, :h], x2[:, h:], y2, config, autotune)
     if out is None:
-        if config is None and not autotune and type(x) is torch.Tensor and x2.numel() and x2.data_ptr() == x.data_ptr():
+        if config is None and not autotune and _op.plain(x) and x2.numel() and x2.data_ptr() == x.data_ptr():
             # x's rows read in place (row_view made no copy): the fast path's halves are x's own.
             forward_plans.make(_halves_key(x), *_forward_arguments(y2, x2[:, :h], x2[:, h:], chosen), _op.device_index(x2), dense=False)
         return y2.view(shape)

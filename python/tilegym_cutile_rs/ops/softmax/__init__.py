@@ -159,7 +159,7 @@ def softmax(
         return result
     import torch
 
-    if type(x) is not torch.Tensor:
+    if not _op.plain(x):
         plan_key = None  # plans are for plain tensors only
     _device.check_cuda_tensor(x, "softmax")
     ndim = _check_args(x, dim)
