@@ -66,8 +66,8 @@ def test_repeated_backward_steps_read_their_own_data() -> None:
 
 def test_repeated_calls_take_the_fast_path_with_each_call_s_data() -> None:
     """A call of a layout seen before (a model's Parameter weight, under no_grad, strided rows
-    read in place) runs the plan it kept on each call's own x and weight; another eps, a weight
-    that needs a cast, or a gradient request takes the full path."""
+    read in place) runs the plan it kept on each call's own x and weight; another offset, a
+    weight that needs a cast, or a gradient request takes the full path."""
     torch.manual_seed(4)
     base = torch.randn(3, 64, 2048 + 8, device="cuda", dtype=torch.bfloat16)
     weight = torch.nn.Parameter((1 + 0.1 * torch.randn(2048, device="cuda")).to(torch.bfloat16))

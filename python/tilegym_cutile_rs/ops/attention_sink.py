@@ -509,7 +509,6 @@ def attention_sink(
     Traced (torch.compile, torch.export, fake tensors): torch.ops.tilegym_cutile_rs.attention_sink,
     or where an input requires grad attention_sink_train, differentiated by attention_sink_backward.
     """
-
     if config is None and not autotune and not _torch_ops.is_compiling():
         window = _window(sliding_window)
         # The per-call fast path: plain tensors of a layout seen before on this thread.

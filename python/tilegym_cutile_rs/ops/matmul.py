@@ -345,7 +345,6 @@ def _run(
 def _public_key(a: torch.Tensor, b: torch.Tensor, config: Any, autotune: bool) -> Any:
     """The plan key under which a public call's launch is kept: None for an explicit config,
     autotuning, or a tensor subclass (those take the full path every time)."""
-
     if config is not None or autotune or not (_op.plain(a) and _op.plain(b)):
         return None
     return _plan_key(a, b)

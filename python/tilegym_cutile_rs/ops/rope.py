@@ -152,6 +152,14 @@ def _outputs(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
             k.new_empty_strided((b, hk, s, d), (row_k * s1, d1, row_k, 1)))
 
 
+def _run_kept(plan: _op.Plan, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A kept plan on fresh outputs and these tensors' pointers (every fast path's launch:
+    forward, training forward and backward)."""
+    q_out, k_out = _outputs(q, k)
+    plan.run(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(), cos.data_ptr(), sin.data_ptr())
+    return q_out, k_out
+
+
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
 
@@ -221,9 +229,7 @@ def _backward(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor, sin: torch.
     key = _layout_key("backward", half, dq, dk, cos, sin)
     plan = plans.get(key)
     if plan is not None:
-        dq_in, dk_in = _outputs(dq, dk)
-        plan.run(dq_in.data_ptr(), dk_in.data_ptr(), dq.data_ptr(), dk.data_ptr(), cos.data_ptr(), sin.data_ptr())
-        return dq_in, dk_in
+        return _run_kept(plan, dq, dk, cos, sin)
     own = all(t.shape[-1] <= 1 or t.stride(-1) == 1 for t in (dq, dk))  # else _launch copies them
     return _launch(dq, dk, cos, sin, half, -1.0, None, key if own else None)
 
@@ -244,9 +250,7 @@ def _autograd_function() -> Any:
             ctx.half, ctx.config = half, config
             if plan is None:
                 return _launch(q, k, cos, sin, half, 1.0, config, keep_as)
-            q_out, k_out = _outputs(q, k)
-            plan.run(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(), cos.data_ptr(), sin.data_ptr())
-            return q_out, k_out
+            return _run_kept(plan, q, k, cos, sin)
 
         @staticmethod
         def backward(ctx: Any, dq: torch.Tensor, dk: torch.Tensor) -> tuple[Any, ...]:
@@ -288,9 +292,7 @@ def rope(
         else:
             plan = plans.reusable(call_key, q, k, cos, sin)
             if plan is not None:
-                q_out, k_out = _outputs(q, k)
-                plan.run(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(), cos.data_ptr(), sin.data_ptr())
-                return q_out, k_out
+                return _run_kept(plan, q, k, cos, sin)
             plan = _kept_for_training(call_key, q, k, cos, sin)
             if plan is not None:
                 # The same plan under autograd: the tables as the call that kept it took them

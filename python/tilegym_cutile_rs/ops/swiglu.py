@@ -323,7 +323,7 @@ def swiglu(
     h = a.shape[-1] if a.dim() else 1
     m = a.numel() // max(h, 1)
     a2, b2 = _op.row_view(a, m, h), _op.row_view(b, m, h)
-    y2 = torch.empty((m, h), dtype=a.dtype, device=a.device)
+    y2 = a.new_empty((m, h))
     chosen = _forward(a2, b2, y2, config, autotune)
     if config is None and not autotune and _op.plain(a) and _op.plain(b) and a2.numel():
         if a2.data_ptr() == a.data_ptr() and b2.data_ptr() == b.data_ptr() and a.is_contiguous() == b.is_contiguous():
@@ -400,7 +400,7 @@ def silu_and_mul(
     m = x.numel() // max(2 * h, 1)
     x2 = _op.row_view(x, m, 2 * h)
     direct = out is not None and out.is_contiguous()
-    y2 = out.view(m, h) if out is not None and direct else torch.empty((m, h), dtype=x.dtype, device=x.device)
+    y2 = out.view(m, h) if out is not None and direct else x.new_empty((m, h))
     chosen = _forward(x2[:, :h], x2[:, h:], y2, config, autotune)
     if out is None:
         if config is None and not autotune and _op.plain(x) and x2.numel() and x2.data_ptr() == x.data_ptr():
