@@ -1,7 +1,7 @@
 //! C exports of attention_sink (read by the cdef generator).
 
-use super::launch::Views;
-use crate::abi::{ffi_guard, read_desc, read_index_desc, CheckedTensor, OpResult, TensorDesc};
+use super::launch::{Partials, Views};
+use crate::abi::{ffi_guard, read_desc, read_index_desc, OpResult, TensorDesc};
 
 /// The forward's views from its descriptors (out, q, k, v, sinks), start_q and the partials.
 ///
@@ -10,7 +10,7 @@ use crate::abi::{ffi_guard, read_desc, read_index_desc, CheckedTensor, OpResult,
 unsafe fn read_views(
     [out, q, k, v, sinks]: [*const TensorDesc; 5],
     start_q: *const TensorDesc,
-    partials: Option<(CheckedTensor, CheckedTensor)>,
+    partials: Option<Partials>,
 ) -> OpResult<Views> {
     unsafe {
         Ok(Views {
@@ -72,7 +72,7 @@ pub unsafe extern "C" fn cutile_attention_sink(
 ) -> i32 {
     ffi_guard(|| {
         let views = unsafe {
-            let partials = if splits > 1 { Some((read_desc(acc, "acc")?, read_desc(ml, "ml")?)) } else { None };
+            let partials = if splits > 1 { Some(Partials::new(read_desc(acc, "acc")?, read_desc(ml, "ml")?, splits)) } else { None };
             read_views([out, q, k, v, sinks], start_q, partials)?
         };
         let config = super::launch::Config { group, head_dim, block_q, heads_per_tile, block_n, splits, occupancy, warps, latency };

@@ -117,8 +117,13 @@ pub mod attention_sink_kernels {
         unsafe { store_view_tko_mut(&mut mp, ml, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
     }
 
-    /// out tile (pid.0 = batch, ...) from the `splits` partials of `attention_sink_split`:
+    /// out tile (pid.0 = batch, pid.1 = query block, pid.2 = head block) from the `splits`
+    /// partials of `attention_sink_split`, read as `[splits, B, S_q, *]` (row split * B + batch):
     /// m = max(sink, each m_s), l = 2^(sink - m) + sum l_s 2^(m_s - m), out = sum acc_s 2^(m_s - m) / l.
+    /// `CM` splits' m are loaded at a time for m, then `CH` splits' partials at a time, each chunk
+    /// one load reduced across its splits: a split at a time, the loop was a chain of `splits`
+    /// dependent loads (51 us for 66 splits of a decode step on an H100, docs/benchmarks.md).
+    /// Splits past the last read as m = -inf, l = acc = 0, which weigh nothing.
     #[cutile::entry()]
     fn attention_sink_combine<
         E: ElementType,
@@ -128,32 +133,45 @@ pub mod attention_sink_kernels {
         const BM: i32,
         const D: i32,
         const GD: i32,
+        const CM: i32,
+        const CH: i32,
     >(
         out: &mut Tensor<E, { [1, BQ, GD] }>,
-        acc_in: &Tensor<f32, { [-1, -1, -1] }>,
-        ml_in: &Tensor<f32, { [-1, -1, -1] }>,
+        acc_in: &Tensor<f32, { [-1, -1, -1, -1] }>,
+        ml_in: &Tensor<f32, { [-1, -1, -1, -1] }>,
         sinks: &Tensor<S, { [-1] }>,
         splits: i32,
     ) {
         let pid: (i32, i32, i32) = get_tile_block_id();
-        let batches: i32 = get_shape_dim(acc_in.shape(), 0i32) / splits;
         let sink: Tile<f32, { [BM, 1] }> = sink_rows::<S, BQ, GT, BM>(sinks, pid.2);
-        let ap: Partition<f32, { [1, BQ, GD] }> = acc_in.partition(shape![1, BQ, GD]);
-        let mlp: Partition<f32, { [1, BQ, GT] }> = ml_in.partition(shape![1, BQ, GT]);
+        // SAFETY: each view reads the kernel's own input tensors, which nothing writes while it runs.
+        let m_all: Partition<f32, { [CM, 1, BQ, GT] }> =
+            unsafe { make_partition_view(ml_in, shape![CM, 1, BQ, GT], padding::NegInf, dim_map::Identity, ml_in.token()) };
+        let m_chunk: Partition<f32, { [CH, 1, BQ, GT] }> =
+            unsafe { make_partition_view(ml_in, shape![CH, 1, BQ, GT], padding::NegInf, dim_map::Identity, ml_in.token()) };
+        let l_chunk: Partition<f32, { [CH, 1, BQ, GT] }> =
+            unsafe { make_partition_view(ml_in, shape![CH, 1, BQ, GT], padding::Zero, dim_map::Identity, ml_in.token()) };
+        let acc_chunk: Partition<f32, { [CH, 1, BQ, GD] }> =
+            unsafe { make_partition_view(acc_in, shape![CH, 1, BQ, GD], padding::Zero, dim_map::Identity, acc_in.token()) };
         let mut m: Tile<f32, { [BM, 1] }> = sink;
-        let mut l: Tile<f32, { [BM, 1] }> = constant(1.0f32, shape![BM, 1]);
+        for c in 0i32..ceil_div(splits, CM) {
+            let m_c: Tile<f32, { [CM, BM] }> = m_all.load([c, pid.0, pid.1, 2i32 * pid.2]).reshape(shape![CM, BM]);
+            let chunk_max: Tile<f32, { [BM] }> = reduce_max(m_c, 0i32);
+            m = max_tile(m, chunk_max.reshape(shape![BM, 1]));
+        }
+        let mut l: Tile<f32, { [BM, 1] }> = exp2(sink - m, ftz::Enabled);
         let mut acc: Tile<f32, { [BM, D] }> = constant(0.0f32, shape![BM, D]);
-        for split in 0i32..splits {
-            let row: i32 = split * batches + pid.0;
-            let m_s: Tile<f32, { [BM, 1] }> = mlp.load([row, pid.1, 2i32 * pid.2]).reshape(shape![BM, 1]);
-            let l_s: Tile<f32, { [BM, 1] }> = mlp.load([row, pid.1, 2i32 * pid.2 + 1i32]).reshape(shape![BM, 1]);
-            let acc_s: Tile<f32, { [BM, D] }> = ap.load([row, pid.1, pid.2]).reshape(shape![BM, D]);
-            let m_new: Tile<f32, { [BM, 1] }> = max_tile(m, m_s);
-            let alpha: Tile<f32, { [BM, 1] }> = exp2(m - m_new, ftz::Enabled);
-            let beta: Tile<f32, { [BM, 1] }> = exp2(m_s - m_new, ftz::Enabled);
-            l = l * alpha + l_s * beta;
-            acc = acc * alpha.broadcast(shape![BM, D]) + acc_s * beta.broadcast(shape![BM, D]);
-            m = m_new;
+        let m_rows: Tile<f32, { [CH, BM] }> = m.reshape(shape![1, BM]).broadcast(shape![CH, BM]);
+        for c in 0i32..ceil_div(splits, CH) {
+            let m_c: Tile<f32, { [CH, BM] }> = m_chunk.load([c, pid.0, pid.1, 2i32 * pid.2]).reshape(shape![CH, BM]);
+            let l_c: Tile<f32, { [CH, BM] }> = l_chunk.load([c, pid.0, pid.1, 2i32 * pid.2 + 1i32]).reshape(shape![CH, BM]);
+            let acc_c: Tile<f32, { [CH, BM, D] }> = acc_chunk.load([c, pid.0, pid.1, pid.2]).reshape(shape![CH, BM, D]);
+            let beta: Tile<f32, { [CH, BM] }> = exp2(m_c - m_rows, ftz::Enabled);
+            let l_sum: Tile<f32, { [BM] }> = reduce_sum(l_c * beta, 0i32);
+            l = l + l_sum.reshape(shape![BM, 1]);
+            let weighted: Tile<f32, { [CH, BM, D] }> = acc_c * beta.reshape(shape![CH, BM, 1]).broadcast(shape![CH, BM, D]);
+            let acc_sum: Tile<f32, { [BM, D] }> = reduce_sum(weighted, 0i32);
+            acc = acc + acc_sum;
         }
         let result: Tile<f32, { [BM, D] }> = true_div(acc, l.broadcast(shape![BM, D]));
         let result: Tile<E, { [1, BQ, GD] }> = convert_tile(result.reshape(shape![1, BQ, GD]));

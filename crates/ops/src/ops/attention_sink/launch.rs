@@ -17,8 +17,54 @@ pub struct Views {
     pub v: CheckedTensor,
     pub sinks: CheckedTensor,
     pub start_q: IndexTensor,
-    /// The split kernel's partials (acc, ml), present when `splits` > 1.
-    pub partials: Option<(CheckedTensor, CheckedTensor)>,
+    /// The split kernel's partials, present when `splits` > 1.
+    pub partials: Option<Partials>,
+}
+
+/// The split kernel's partials as the C export takes them: acc `[splits*B, S_q, H*D]` and ml
+/// `[splits*B, S_q, 2H]` float32 (row split * B + batch), and the same buffers as
+/// `[splits, B, S_q, *]`, which the combine reads a chunk of splits at a time.
+pub struct Partials {
+    pub acc: CheckedTensor,
+    pub ml: CheckedTensor,
+    /// None where the 4-D view's strides overflow int32 (`check` refuses the call).
+    by_split: Option<(CheckedTensor, CheckedTensor)>,
+}
+
+impl Partials {
+    pub fn new(acc: CheckedTensor, ml: CheckedTensor, splits: i32) -> Self {
+        let by_split = by_split(&acc, splits).zip(by_split(&ml, splits));
+        Self { acc, ml, by_split }
+    }
+}
+
+/// `[splits*B, S, X]` as `[splits, B, S, X]`; None where that is not its shape or a stride overflows.
+fn by_split(t: &CheckedTensor, splits: i32) -> Option<CheckedTensor> {
+    let (&[rows, s, x], &[row, s_stride, x_stride]) = (t.shape.as_slice(), t.strides.as_slice()) else {
+        return None;
+    };
+    if splits < 1 || rows % splits != 0 {
+        return None;
+    }
+    let batch = rows / splits;
+    let strides = vec![batch.checked_mul(row)?, row, s_stride, x_stride];
+    Some(CheckedTensor { ptr: t.ptr, dtype: t.dtype, shape: vec![splits, batch, s, x], strides })
+}
+
+/// What one load of the combine holds at most: every split's m of its rows, and a chunk of
+/// splits' accumulators (32 KB of float32, as many registers as a 4-warp CTA keeps beside its own).
+const COMBINE_M_FLOATS: i32 = 4096;
+const COMBINE_ACC_FLOATS: i32 = 8192;
+
+/// The combine's chunks (CM, CH): powers of two of at most `splits` rounded up, each load
+/// within its bound (at least one split).
+fn combine_chunks(splits: i32, rows: i32, head_dim: i32) -> (i32, i32) {
+    let cap = u32::try_from(splits.max(1)).unwrap_or(1).next_power_of_two() as i32;
+    let fit = |floats: i32, per_split: i32| {
+        let most = (floats / per_split.max(1)).max(1);
+        (1i32 << (31 - most.leading_zeros())).min(cap)
+    };
+    (fit(COMBINE_M_FLOATS, rows), fit(COMBINE_ACC_FLOATS, rows * head_dim))
 }
 
 /// The C export's layout and tiling scalars.
@@ -136,7 +182,7 @@ fn check(views: &Views, config: Config, window: i32, scale: f32) -> OpResult<(Di
         return Err(OpError::invalid(format!("splits = {}: must be in 1..={MAX_SPLITS}", config.splits)));
     }
     if config.splits > 1 {
-        let Some((acc, ml)) = partials else {
+        let Some(Partials { acc, ml, by_split }) = partials else {
             return Err(OpError::invalid("splits > 1 needs the acc and ml partial buffers"));
         };
         let rows = i64::from(config.splits) * i64::from(dims.batch);
@@ -150,6 +196,12 @@ fn check(views: &Views, config: Config, window: i32, scale: f32) -> OpResult<(Di
                     t.dtype, t.shape, t.strides
                 )));
             }
+        }
+        if by_split.is_none() {
+            return Err(OpError::invalid(format!(
+                "the partials of {} splits are too large for int32 strides: use fewer splits",
+                config.splits
+            )));
         }
     }
     Ok((dims, Hints::checked(config.occupancy, config.warps)?))
@@ -367,14 +419,15 @@ fn describe<'a>(views: &'a Views, config: Config, hints: Hints, scale: f32, wind
     let inputs = || [Param::In("q", q), Param::In("k", k), Param::In("v", v), Param::In("sinks", sinks), Param::Index("start_q", start_q)];
     let out_tile = vec![1, bq, gd];
     let (kernel, generics, params) = match (stage, partials) {
-        (Stage::Split, Some((acc, ml))) => {
+        (Stage::Split, Some(Partials { acc, ml, .. })) => {
             let outs = [Param::Out("acc_out", acc, out_tile), Param::Out("ml_out", ml, vec![1, bq, 2 * gt])];
             let scalars = [Param::F32("scale", scale), Param::Int("window", window), Param::Int("splits", splits)];
             ("attention_sink_split", generics(&[bq, gt, bm, d, gd, 2 * gt, bn, group, latency]), [&outs[..], &inputs(), &scalars].concat())
         }
-        (Stage::Combine, Some((acc, ml))) => {
+        (Stage::Combine, Some(Partials { by_split: Some((acc, ml)), .. })) => {
             let params = vec![Param::Out("out", out, out_tile), Param::In("acc_in", acc), Param::In("ml_in", ml), Param::In("sinks", sinks), Param::Int("splits", splits)];
-            ("attention_sink_combine", generics(&[bq, gt, bm, d, gd]), params)
+            let (cm, ch) = combine_chunks(splits, bm, d);
+            ("attention_sink_combine", generics(&[bq, gt, bm, d, gd, cm, ch]), params)
         }
         _ => {
             let params = [&[Param::Out("out", out, out_tile)][..], &inputs(), &[Param::F32("scale", scale), Param::Int("window", window)]].concat();
@@ -424,11 +477,12 @@ fn launch_first<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch:
     let tile = |name| launch.tile::<3>(name);
     let (scale, window, splits) = (|| launch.float("scale"), || launch.int("window"), || launch.int("splits"));
     let partials = || partials.as_ref().expect("checked: splits > 1 has partials");
+    let by_split = || partials().by_split.as_ref().expect("checked: the partials have their 4-D views");
     match stage {
         Stage::OnePass => crate::typed_launch!(first, { let (mut ot, qt, kt, vt, st, sq) = (t(out), t(q), t(k), t(v), sinks_t(), start_t()); }
             attention_sink_kernels::attention_sink((&mut ot).partition(tile("out")), &qt, &kt, &vt, &st, &sq, scale(), window())),
         Stage::Split => crate::typed_launch!(first, {
-                let (mut at, mut mt) = (f(&partials().0), f(&partials().1));
+                let (mut at, mut mt) = (f(&partials().acc), f(&partials().ml));
                 let (qt, kt, vt, st, sq) = (t(q), t(k), t(v), sinks_t(), start_t());
             }
             attention_sink_kernels::attention_sink_split(
@@ -436,7 +490,7 @@ fn launch_first<E: cutile::DType, S: cutile::DType>(first: &FirstLaunch, launch:
                 (&mut mt).partition(tile("ml_out")),
                 &qt, &kt, &vt, &st, &sq, scale(), window(), splits(),
             )),
-        Stage::Combine => crate::typed_launch!(first, { let (mut ot, at, mt, st) = (t(out), f(&partials().0), f(&partials().1), sinks_t()); }
+        Stage::Combine => crate::typed_launch!(first, { let (mut ot, at, mt, st) = (t(out), f(&by_split().0), f(&by_split().1), sinks_t()); }
             attention_sink_kernels::attention_sink_combine((&mut ot).partition(tile("out")), &at, &mt, &st, splits())),
     }
 }
@@ -517,7 +571,7 @@ mod tests {
     fn each_stage_describes_its_kernels_parameters() {
         let acc = CheckedTensor { ptr: 0x1000, dtype: DType::F32, shape: vec![6, 5, 512], strides: vec![2560, 512, 1] };
         let ml = CheckedTensor { ptr: 0x1000, dtype: DType::F32, shape: vec![6, 5, 16], strides: vec![80, 16, 1] };
-        let split = Views { partials: Some((acc, ml)), ..views() };
+        let split = Views { partials: Some(Partials::new(acc, ml, 3)), ..views() };
         let hints = Hints::checked(0, 0).unwrap();
         for stage in [Stage::OnePass, Stage::Split, Stage::Combine] {
             crate::launch::signature::assert_matches_kernel(&describe(&split, config(), hints, 0.18, 0, stage));
@@ -571,8 +625,24 @@ mod tests {
         let acc = CheckedTensor { ptr: 0x1000, dtype: DType::F32, shape: vec![6, 5, 512], strides: vec![2560, 512, 1] };
         let ml = CheckedTensor { ptr: 0x1000, dtype: DType::F32, shape: vec![6, 5, 16], strides: vec![80, 16, 1] };
         let split = Config { splits: 3, ..config() };
-        assert!(check(&Views { partials: Some((acc.clone(), ml.clone())), ..views() }, split, 0, 0.18).is_ok());
-        let short = CheckedTensor { shape: vec![4, 5, 16], strides: vec![80, 16, 1], ..ml };
-        refused(&Views { partials: Some((acc, short)), ..views() }, split, "ml must be");
+        assert!(check(&Views { partials: Some(Partials::new(acc.clone(), ml.clone(), 3)), ..views() }, split, 0, 0.18).is_ok());
+        let short = CheckedTensor { shape: vec![4, 5, 16], strides: vec![80, 16, 1], ..ml.clone() };
+        refused(&Views { partials: Some(Partials::new(acc.clone(), short, 3)), ..views() }, split, "ml must be");
+        // The combine's view: split s of batch b at row s * B + b.
+        let four = by_split(&acc, 3).unwrap();
+        assert_eq!((four.shape, four.strides), (vec![3, 2, 5, 512], vec![5120, 2560, 512, 1]));
+        assert!(by_split(&acc, 4).is_none());
+        let huge = CheckedTensor { shape: vec![2, 1, 1 << 30], strides: vec![1 << 30, 1 << 30, 1], ..acc };
+        assert!(by_split(&huge, 1).is_none());
+    }
+
+    #[test]
+    fn combine_chunks_stay_within_their_loads() {
+        // 66 splits of 16 rows: every m in one load (128 x 16 floats), 8 splits' D 64 partials a load.
+        assert_eq!(combine_chunks(66, 16, 64), (128, 8));
+        assert_eq!(combine_chunks(66, 32, 128), (128, 2));
+        assert_eq!(combine_chunks(3, 16, 64), (4, 4));
+        assert_eq!(combine_chunks(2, 256, 256), (2, 1));
+        assert_eq!(combine_chunks(1024, 16, 64), (256, 8));
     }
 }
