@@ -117,66 +117,64 @@ pub mod attention_sink_kernels {
         unsafe { store_view_tko_mut(&mut mp, ml, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
     }
 
-    /// out tile (pid.0 = batch, pid.1 = query block, pid.2 = head block) from the `splits`
-    /// partials of `attention_sink_split`, read as `[splits, B, S_q, *]` (row split * B + batch):
-    /// m = max(sink, each m_s), l = 2^(sink - m) + sum l_s 2^(m_s - m), out = sum acc_s 2^(m_s - m) / l.
-    /// `CM` splits' m are loaded at a time for m, then `CH` splits' partials at a time, each chunk
-    /// one load reduced across its splits: a split at a time, the loop was a chain of `splits`
-    /// dependent loads (51 us for 66 splits of a decode step on an H100, docs/benchmarks.md).
+    /// One query head's output row (pid.0 = batch, pid.1 = query position, pid.2 = head) from
+    /// the `splits` partials of `attention_sink_split`, read as `[splits, B, S_q, *]` (row
+    /// split * B + batch): m = max(sink, each m_s), l = 2^(sink - m) + sum l_s 2^(m_s - m),
+    /// out = sum acc_s 2^(m_s - m) / l. `CM` splits' m are loaded at a time for m, then `CH`
+    /// splits' partials at a time, each chunk a `[CH, D]` tile summed down its splits. A CTA per
+    /// head keeps that sum two-dimensional: one CTA per split kernel's tile of GT heads (a
+    /// `[CH, GT, D]` sum) took 210 KB of shared memory at D 64, and the decode step's combine
+    /// 47 us of its 71 under ncu on an H100 (docs/benchmarks.md, "The decode row under ncu").
     /// Splits past the last read as m = -inf, l = acc = 0, which weigh nothing.
     #[cutile::entry()]
-    fn attention_sink_combine<
-        E: ElementType,
-        S: ElementType,
-        const BQ: i32,
-        const GT: i32,
-        const BM: i32,
-        const D: i32,
-        const GD: i32,
-        const CM: i32,
-        const CH: i32,
-    >(
-        out: &mut Tensor<E, { [1, BQ, GD] }>,
+    fn attention_sink_combine<E: ElementType, S: ElementType, const GT: i32, const D: i32, const CM: i32, const CH: i32>(
+        out: &mut Tensor<E, { [1, 1, D] }>,
         acc_in: &Tensor<f32, { [-1, -1, -1, -1] }>,
         ml_in: &Tensor<f32, { [-1, -1, -1, -1] }>,
         sinks: &Tensor<S, { [-1] }>,
         splits: i32,
     ) {
         let pid: (i32, i32, i32) = get_tile_block_id();
-        let sink: Tile<f32, { [BM, 1] }> = sink_rows::<S, BQ, GT, BM>(sinks, pid.2);
+        // The split kernel's ml columns: per tile of GT heads, their m then their l.
+        let m_col: i32 = pid.2 + (pid.2 / GT) * GT;
+        let l_col: i32 = m_col + GT;
+        let sp: Partition<S, { [1] }> = sinks.partition(shape![1]);
+        let raw: Tile<S, { [1] }> = sp.load([pid.2]);
+        let sink_f: Tile<f32, { [1] }> = convert_tile(raw);
+        let log2e: Tile<f32, { [1] }> = constant(1.4426950408889634f32, shape![1]);
+        let sink: Tile<f32, { [1, 1] }> = (sink_f * log2e).reshape(shape![1, 1]);
         // SAFETY: each view reads the kernel's own input tensors, which nothing writes while it runs.
-        let m_all: Partition<f32, { [CM, 1, BQ, GT] }> =
-            unsafe { make_partition_view(ml_in, shape![CM, 1, BQ, GT], padding::NegInf, dim_map::Identity, ml_in.token()) };
-        let m_chunk: Partition<f32, { [CH, 1, BQ, GT] }> =
-            unsafe { make_partition_view(ml_in, shape![CH, 1, BQ, GT], padding::NegInf, dim_map::Identity, ml_in.token()) };
-        let l_chunk: Partition<f32, { [CH, 1, BQ, GT] }> =
-            unsafe { make_partition_view(ml_in, shape![CH, 1, BQ, GT], padding::Zero, dim_map::Identity, ml_in.token()) };
-        let acc_chunk: Partition<f32, { [CH, 1, BQ, GD] }> =
-            unsafe { make_partition_view(acc_in, shape![CH, 1, BQ, GD], padding::Zero, dim_map::Identity, acc_in.token()) };
-        let mut m: Tile<f32, { [BM, 1] }> = sink;
+        let m_all: Partition<f32, { [CM, 1, 1, 1] }> =
+            unsafe { make_partition_view(ml_in, shape![CM, 1, 1, 1], padding::NegInf, dim_map::Identity, ml_in.token()) };
+        let m_chunk: Partition<f32, { [CH, 1, 1, 1] }> =
+            unsafe { make_partition_view(ml_in, shape![CH, 1, 1, 1], padding::NegInf, dim_map::Identity, ml_in.token()) };
+        let l_chunk: Partition<f32, { [CH, 1, 1, 1] }> =
+            unsafe { make_partition_view(ml_in, shape![CH, 1, 1, 1], padding::Zero, dim_map::Identity, ml_in.token()) };
+        let acc_chunk: Partition<f32, { [CH, 1, 1, D] }> =
+            unsafe { make_partition_view(acc_in, shape![CH, 1, 1, D], padding::Zero, dim_map::Identity, acc_in.token()) };
+        let mut m: Tile<f32, { [1, 1] }> = sink;
         for c in 0i32..ceil_div(splits, CM) {
-            let m_c: Tile<f32, { [CM, BM] }> = m_all.load([c, pid.0, pid.1, 2i32 * pid.2]).reshape(shape![CM, BM]);
-            let chunk_max: Tile<f32, { [BM] }> = reduce_max(m_c, 0i32);
-            m = max_tile(m, chunk_max.reshape(shape![BM, 1]));
+            let m_c: Tile<f32, { [CM, 1] }> = m_all.load([c, pid.0, pid.1, m_col]).reshape(shape![CM, 1]);
+            let chunk_max: Tile<f32, { [1] }> = reduce_max(m_c, 0i32);
+            m = max_tile(m, chunk_max.reshape(shape![1, 1]));
         }
-        let mut l: Tile<f32, { [BM, 1] }> = exp2(sink - m, ftz::Enabled);
-        let mut acc: Tile<f32, { [BM, D] }> = constant(0.0f32, shape![BM, D]);
-        let m_rows: Tile<f32, { [CH, BM] }> = m.reshape(shape![1, BM]).broadcast(shape![CH, BM]);
+        let mut l: Tile<f32, { [1, 1] }> = exp2(sink - m, ftz::Enabled);
+        let mut acc: Tile<f32, { [1, D] }> = constant(0.0f32, shape![1, D]);
+        let m_rows: Tile<f32, { [CH, 1] }> = m.broadcast(shape![CH, 1]);
         for c in 0i32..ceil_div(splits, CH) {
-            let m_c: Tile<f32, { [CH, BM] }> = m_chunk.load([c, pid.0, pid.1, 2i32 * pid.2]).reshape(shape![CH, BM]);
-            let l_c: Tile<f32, { [CH, BM] }> = l_chunk.load([c, pid.0, pid.1, 2i32 * pid.2 + 1i32]).reshape(shape![CH, BM]);
-            let acc_c: Tile<f32, { [CH, BM, D] }> = acc_chunk.load([c, pid.0, pid.1, pid.2]).reshape(shape![CH, BM, D]);
-            let beta: Tile<f32, { [CH, BM] }> = exp2(m_c - m_rows, ftz::Enabled);
-            let l_sum: Tile<f32, { [BM] }> = reduce_sum(l_c * beta, 0i32);
-            l = l + l_sum.reshape(shape![BM, 1]);
-            let weighted: Tile<f32, { [CH, BM, D] }> = acc_c * beta.reshape(shape![CH, BM, 1]).broadcast(shape![CH, BM, D]);
-            let acc_sum: Tile<f32, { [BM, D] }> = reduce_sum(weighted, 0i32);
-            acc = acc + acc_sum;
+            let m_c: Tile<f32, { [CH, 1] }> = m_chunk.load([c, pid.0, pid.1, m_col]).reshape(shape![CH, 1]);
+            let l_c: Tile<f32, { [CH, 1] }> = l_chunk.load([c, pid.0, pid.1, l_col]).reshape(shape![CH, 1]);
+            let acc_c: Tile<f32, { [CH, D] }> = acc_chunk.load([c, pid.0, pid.1, pid.2]).reshape(shape![CH, D]);
+            let beta: Tile<f32, { [CH, 1] }> = exp2(m_c - m_rows, ftz::Enabled);
+            let l_sum: Tile<f32, { [1] }> = reduce_sum(l_c * beta, 0i32);
+            l = l + l_sum.reshape(shape![1, 1]);
+            let acc_sum: Tile<f32, { [D] }> = reduce_sum(acc_c * beta.broadcast(shape![CH, D]), 0i32);
+            acc = acc + acc_sum.reshape(shape![1, D]);
         }
-        let result: Tile<f32, { [BM, D] }> = true_div(acc, l.broadcast(shape![BM, D]));
-        let result: Tile<E, { [1, BQ, GD] }> = convert_tile(result.reshape(shape![1, BQ, GD]));
-        let mut op = out.partition_mut(shape![1, BQ, GD]);
-        // SAFETY: out is this CTA's [1, BQ, GD] tile, so [0, 0, 0] is its only partition index.
+        let result: Tile<f32, { [1, D] }> = true_div(acc, l.broadcast(shape![1, D]));
+        let result: Tile<E, { [1, 1, D] }> = convert_tile(result.reshape(shape![1, 1, D]));
+        let mut op = out.partition_mut(shape![1, 1, D]);
+        // SAFETY: out is this CTA's [1, 1, D] tile, so [0, 0, 0] is its only partition index.
         unsafe { store_view_tko_mut(&mut op, result, [0i32, 0i32, 0i32], ordering::Weak, scope::TileBlock, None, tma::Disabled) };
     }
 
