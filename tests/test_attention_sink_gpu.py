@@ -91,13 +91,14 @@ def test_every_split_count_and_tile_agrees() -> None:
 
 
 def test_split_partials_of_each_batch_combine_apart() -> None:
-    """The combine reads a chunk of splits of one batch element at a time (rows split * B + b):
-    several batch elements, split counts below, at and past a chunk, and decode's S_q = 1."""
+    """The combine reads one head's partials of one batch element a chunk of splits at a time
+    (rows split * B + b; 16 splits a chunk at D 64): several batch elements, split counts below,
+    at and past a chunk, heads of a second tile (heads_per_tile 4 of group 8), and decode's S_q = 1."""
     torch.manual_seed(6)
     for s_q, start in ((3, 2997), (1, 2999)):
         q, k, v, sinks = inputs(3, s_q, 3000, 2, 8)
         ref = reference(q, k, v, sinks, 0.1, None, start)
-        for config in [(2, 8, 64, 3), (2, 8, 64, 8), (2, 8, 64, 9), (2, 8, 32, 66), (4, 8, 64, 130)]:
+        for config in [(2, 8, 64, 3), (2, 8, 64, 16), (2, 8, 64, 17), (4, 4, 64, 9), (2, 8, 32, 66), (4, 8, 64, 130)]:
             out = tilegym_cutile_rs.attention_sink(q, k, v, sinks, 0.1, None, start, config=AttentionSinkConfig(*config))
             torch.testing.assert_close(out, ref, **TOL, msg=lambda m, c=config, s=s_q: f"S_q {s}, config {c}: {m}")
 
