@@ -65,8 +65,8 @@ fn split_and_combine_kernels_lower() {
         st.push(("sinks", vec![1]));
         st.push(("start_q", vec![1]));
         lower("attention_sink_split", &[e, e, &bq, &gt, &bm, &d_s, &gd, &g2, "64", &group.to_string(), "3"], &st);
-        // The partials as [splits, B, S_q, *], one head a CTA: every m of 66 splits in one load,
-        // and a chunk of 16 (D 64) or 8 (D 128) splits' accumulators a load.
+        // The partials as [splits, B, S_q, *], one head a CTA: a chunk of 16 (D 64) or 8 (D 128)
+        // splits a load.
         let combine = [
             ("out", vec![1 << 20, 64 * d, 1]),
             ("acc_in", vec![1 << 21, 1 << 20, 64 * d, 1]),
@@ -74,7 +74,7 @@ fn split_and_combine_kernels_lower() {
             ("sinks", vec![1]),
         ];
         let ch = if d == 64 { "16" } else { "8" };
-        lower("attention_sink_combine", &[e, e, &gt, &d_s, "128", ch], &combine);
+        lower("attention_sink_combine", &[e, e, &gt, &d_s, ch], &combine);
     }
 }
 

@@ -119,15 +119,15 @@ pub mod attention_sink_kernels {
 
     /// One query head's output row (pid.0 = batch, pid.1 = query position, pid.2 = head) from
     /// the `splits` partials of `attention_sink_split`, read as `[splits, B, S_q, *]` (row
-    /// split * B + batch): m = max(sink, each m_s), l = 2^(sink - m) + sum l_s 2^(m_s - m),
-    /// out = sum acc_s 2^(m_s - m) / l. `CM` splits' m are loaded at a time for m, then `CH`
-    /// splits' partials at a time, each chunk a `[CH, D]` tile summed down its splits. A CTA per
-    /// head keeps that sum two-dimensional: one CTA per split kernel's tile of GT heads (a
+    /// split * B + batch): out = sum acc_s 2^(m_s - m) / l, l = 2^(sink - m) + sum l_s 2^(m_s - m),
+    /// m = max(sink, each m_s), kept online: `CH` splits a load (their m, l and `[CH, D]`
+    /// accumulators), each chunk rescaling what came before to its new max. A CTA per head keeps
+    /// the sums down the splits two-dimensional: one CTA per split kernel's tile of GT heads (a
     /// `[CH, GT, D]` sum) took 210 KB of shared memory at D 64, and the decode step's combine
-    /// 47 us of its 71 under ncu on an H100 (docs/benchmarks.md, "The decode row under ncu").
+    /// 47 us of its 71 under ncu on an H100 (docs/benchmarks.md, "The chunked combine on a GPU").
     /// Splits past the last read as m = -inf, l = acc = 0, which weigh nothing.
     #[cutile::entry()]
-    fn attention_sink_combine<E: ElementType, S: ElementType, const GT: i32, const D: i32, const CM: i32, const CH: i32>(
+    fn attention_sink_combine<E: ElementType, S: ElementType, const GT: i32, const D: i32, const CH: i32>(
         out: &mut Tensor<E, { [1, 1, D] }>,
         acc_in: &Tensor<f32, { [-1, -1, -1, -1] }>,
         ml_in: &Tensor<f32, { [-1, -1, -1, -1] }>,
@@ -142,34 +142,30 @@ pub mod attention_sink_kernels {
         let raw: Tile<S, { [1] }> = sp.load([pid.2]);
         let sink_f: Tile<f32, { [1] }> = convert_tile(raw);
         let log2e: Tile<f32, { [1] }> = constant(1.4426950408889634f32, shape![1]);
-        let sink: Tile<f32, { [1, 1] }> = (sink_f * log2e).reshape(shape![1, 1]);
         // SAFETY: each view reads the kernel's own input tensors, which nothing writes while it runs.
-        let m_all: Partition<f32, { [CM, 1, 1, 1] }> =
-            unsafe { make_partition_view(ml_in, shape![CM, 1, 1, 1], padding::NegInf, dim_map::Identity, ml_in.token()) };
         let m_chunk: Partition<f32, { [CH, 1, 1, 1] }> =
             unsafe { make_partition_view(ml_in, shape![CH, 1, 1, 1], padding::NegInf, dim_map::Identity, ml_in.token()) };
         let l_chunk: Partition<f32, { [CH, 1, 1, 1] }> =
             unsafe { make_partition_view(ml_in, shape![CH, 1, 1, 1], padding::Zero, dim_map::Identity, ml_in.token()) };
         let acc_chunk: Partition<f32, { [CH, 1, 1, D] }> =
             unsafe { make_partition_view(acc_in, shape![CH, 1, 1, D], padding::Zero, dim_map::Identity, acc_in.token()) };
-        let mut m: Tile<f32, { [1, 1] }> = sink;
-        for c in 0i32..ceil_div(splits, CM) {
-            let m_c: Tile<f32, { [CM, 1] }> = m_all.load([c, pid.0, pid.1, m_col]).reshape(shape![CM, 1]);
-            let chunk_max: Tile<f32, { [1] }> = reduce_max(m_c, 0i32);
-            m = max_tile(m, chunk_max.reshape(shape![1, 1]));
-        }
-        let mut l: Tile<f32, { [1, 1] }> = exp2(sink - m, ftz::Enabled);
+        // m starts at the sink (finite), so no exp2 below sees -inf - -inf.
+        let mut m: Tile<f32, { [1, 1] }> = (sink_f * log2e).reshape(shape![1, 1]);
+        let mut l: Tile<f32, { [1, 1] }> = constant(1.0f32, shape![1, 1]);
         let mut acc: Tile<f32, { [1, D] }> = constant(0.0f32, shape![1, D]);
-        let m_rows: Tile<f32, { [CH, 1] }> = m.broadcast(shape![CH, 1]);
         for c in 0i32..ceil_div(splits, CH) {
             let m_c: Tile<f32, { [CH, 1] }> = m_chunk.load([c, pid.0, pid.1, m_col]).reshape(shape![CH, 1]);
             let l_c: Tile<f32, { [CH, 1] }> = l_chunk.load([c, pid.0, pid.1, l_col]).reshape(shape![CH, 1]);
             let acc_c: Tile<f32, { [CH, D] }> = acc_chunk.load([c, pid.0, pid.1, pid.2]).reshape(shape![CH, D]);
-            let beta: Tile<f32, { [CH, 1] }> = exp2(m_c - m_rows, ftz::Enabled);
+            let chunk_max: Tile<f32, { [1] }> = reduce_max(m_c, 0i32);
+            let m_new: Tile<f32, { [1, 1] }> = max_tile(m, chunk_max.reshape(shape![1, 1]));
+            let alpha: Tile<f32, { [1, 1] }> = exp2(m - m_new, ftz::Enabled);
+            let beta: Tile<f32, { [CH, 1] }> = exp2(m_c - m_new.broadcast(shape![CH, 1]), ftz::Enabled);
             let l_sum: Tile<f32, { [1] }> = reduce_sum(l_c * beta, 0i32);
-            l = l + l_sum.reshape(shape![1, 1]);
+            l = l * alpha + l_sum.reshape(shape![1, 1]);
             let acc_sum: Tile<f32, { [D] }> = reduce_sum(acc_c * beta.broadcast(shape![CH, D]), 0i32);
-            acc = acc + acc_sum.reshape(shape![1, D]);
+            acc = acc * alpha.broadcast(shape![1, D]) + acc_sum.reshape(shape![1, D]);
+            m = m_new;
         }
         let result: Tile<f32, { [1, D] }> = true_div(acc, l.broadcast(shape![1, D]));
         let result: Tile<E, { [1, 1, D] }> = convert_tile(result.reshape(shape![1, 1, D]));

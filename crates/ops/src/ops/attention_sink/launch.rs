@@ -51,21 +51,17 @@ fn by_split(t: &CheckedTensor, splits: i32) -> Option<CheckedTensor> {
     Some(CheckedTensor { ptr: t.ptr, dtype: t.dtype, shape: vec![splits, batch, s, x], strides })
 }
 
-/// What one load of the combine holds at most, in float32: a chunk of splits' m of its head, and
-/// a chunk of splits' `[D]` accumulators (4 KB: a `[64, 64]` chunk took 255 registers and 100 KB
-/// of shared memory for its sum down the splits in tileiras 13.4's sm_90 SASS, a `[16, 64]` one 128).
-const COMBINE_M_FLOATS: i32 = 256;
+/// What one load of the combine holds at most, in float32: a chunk of splits' `[D]` accumulators
+/// (4 KB: a `[64, 64]` chunk took 255 registers and 100 KB of shared memory for its sum down the
+/// splits in tileiras 13.4's sm_90 SASS, a `[16, 64]` one 128).
 const COMBINE_ACC_FLOATS: i32 = 1024;
 
-/// The combine's chunks (CM, CH): powers of two of at most `splits` rounded up, each load
-/// within its bound (at least one split).
-fn combine_chunks(splits: i32, head_dim: i32) -> (i32, i32) {
+/// The combine's splits a load: a power of two of at most `splits` rounded up, its accumulators
+/// within `COMBINE_ACC_FLOATS` (at least one split).
+fn combine_chunk(splits: i32, head_dim: i32) -> i32 {
     let cap = u32::try_from(splits.max(1)).unwrap_or(1).next_power_of_two() as i32;
-    let fit = |floats: i32, per_split: i32| {
-        let most = (floats / per_split.max(1)).max(1);
-        (1i32 << (31 - most.leading_zeros())).min(cap)
-    };
-    (fit(COMBINE_M_FLOATS, 1), fit(COMBINE_ACC_FLOATS, head_dim))
+    let most = (COMBINE_ACC_FLOATS / head_dim.max(1)).max(1);
+    (1i32 << (31 - most.leading_zeros())).min(cap)
 }
 
 /// The C export's layout and tiling scalars.
@@ -428,8 +424,7 @@ fn describe<'a>(views: &'a Views, config: Config, hints: Hints, scale: f32, wind
         (Stage::Combine, Some(Partials { by_split: Some((acc, ml)), .. })) => {
             // One CTA per query head and position: out's [1, 1, D] tiles.
             let params = vec![Param::Out("out", out, vec![1, 1, d]), Param::In("acc_in", acc), Param::In("ml_in", ml), Param::In("sinks", sinks), Param::Int("splits", splits)];
-            let (cm, ch) = combine_chunks(splits, d);
-            ("attention_sink_combine", generics(&[gt, d, cm, ch]), params)
+            ("attention_sink_combine", generics(&[gt, d, combine_chunk(splits, d)]), params)
         }
         _ => {
             let params = [&[Param::Out("out", out, out_tile)][..], &inputs(), &[Param::F32("scale", scale), Param::Int("window", window)]].concat();
@@ -640,11 +635,11 @@ mod tests {
 
     #[test]
     fn combine_chunks_stay_within_their_loads() {
-        // 66 splits: every m in one load (128 floats), 16 splits' D 64 accumulators a load.
-        assert_eq!(combine_chunks(66, 64), (128, 16));
-        assert_eq!(combine_chunks(66, 128), (128, 8));
-        assert_eq!(combine_chunks(3, 64), (4, 4));
-        assert_eq!(combine_chunks(2, 256), (2, 2));
-        assert_eq!(combine_chunks(1024, 256), (256, 4));
+        // 66 splits: 16 splits' D 64 accumulators a load; never more splits than there are, rounded up.
+        assert_eq!(combine_chunk(66, 64), 16);
+        assert_eq!(combine_chunk(66, 128), 8);
+        assert_eq!(combine_chunk(3, 64), 4);
+        assert_eq!(combine_chunk(2, 256), 2);
+        assert_eq!(combine_chunk(1024, 256), 4);
     }
 }
