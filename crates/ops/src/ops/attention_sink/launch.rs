@@ -407,6 +407,11 @@ const KERNELS: KernelModule = KernelModule {
     source_hash: attention_sink_kernels::_SOURCE_HASH,
 };
 
+/// The combine's hints, its own rather than the split kernel's: a CTA sums one head's
+/// partials, a few KB of loads, and latency is hidden by CTAs resident together (the split's
+/// tiles asked for one CTA an SM gave it 255 registers, docs/benchmarks.md "attention_sink").
+const COMBINE_HINTS: Hints = Hints { occupancy: 4, warps: 0, cga: 0 };
+
 /// One stage's launch: its kernel, generics and parameters in the kernel's order.
 fn describe<'a>(views: &'a Views, config: Config, hints: Hints, scale: f32, window: i32, stage: Stage) -> Launch<'a> {
     let Views { out, q, k, v, sinks, start_q, partials } = views;
@@ -415,20 +420,20 @@ fn describe<'a>(views: &'a Views, config: Config, hints: Hints, scale: f32, wind
     let generics = |tiles: &[i32]| Generic::list(&[q.dtype, sinks.dtype], tiles);
     let inputs = || [Param::In("q", q), Param::In("k", k), Param::In("v", v), Param::In("sinks", sinks), Param::Index("start_q", start_q)];
     let out_tile = vec![1, bq, gd];
-    let (kernel, generics, params) = match (stage, partials) {
+    let (kernel, generics, params, hints) = match (stage, partials) {
         (Stage::Split, Some(Partials { acc, ml, .. })) => {
             let outs = [Param::Out("acc_out", acc, out_tile), Param::Out("ml_out", ml, vec![1, bq, 2 * gt])];
             let scalars = [Param::F32("scale", scale), Param::Int("window", window), Param::Int("splits", splits)];
-            ("attention_sink_split", generics(&[bq, gt, bm, d, gd, 2 * gt, bn, group, latency]), [&outs[..], &inputs(), &scalars].concat())
+            ("attention_sink_split", generics(&[bq, gt, bm, d, gd, 2 * gt, bn, group, latency]), [&outs[..], &inputs(), &scalars].concat(), hints)
         }
         (Stage::Combine, Some(Partials { by_split: Some((acc, ml)), .. })) => {
             // One CTA per query head and position: out's [1, 1, D] tiles.
             let params = vec![Param::Out("out", out, vec![1, 1, d]), Param::In("acc_in", acc), Param::In("ml_in", ml), Param::In("sinks", sinks), Param::Int("splits", splits)];
-            ("attention_sink_combine", generics(&[gt, d, combine_chunk(splits, d)]), params)
+            ("attention_sink_combine", generics(&[gt, d, combine_chunk(splits, d)]), params, COMBINE_HINTS)
         }
         _ => {
             let params = [&[Param::Out("out", out, out_tile)][..], &inputs(), &[Param::F32("scale", scale), Param::Int("window", window)]].concat();
-            ("attention_sink", generics(&[bq, gt, bm, d, gd, bn, group, latency]), params)
+            ("attention_sink", generics(&[bq, gt, bm, d, gd, bn, group, latency]), params, hints)
         }
     };
     Launch { module: KERNELS, kernel, generics, hints, params }
