@@ -30,7 +30,8 @@ class AttentionSinkConfig(NamedTuple):
     `heads_per_tile` query heads of one KV head (a power of two dividing the group;
     block_q * heads_per_tile rows, 16 to 256) and walks the keys in `block_n` tiles;
     with `splits` > 1 the keys of each query block are shared among that many CTAs
-    and a second kernel combines them. `occupancy` and `warps` as for softmax; `latency`
+    and a second kernel combines them (one CTA a query head, with hints of its own).
+    `occupancy` and `warps` as for softmax, for the attention kernel; `latency`
     the K/V loads' latency hint for tileiras' pipelining, 1 (light DRAM traffic) to 10
     (heavy), 0 leaving it to tileiras."""
 
