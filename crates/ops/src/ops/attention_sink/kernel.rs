@@ -138,10 +138,6 @@ pub mod attention_sink_kernels {
         // The split kernel's ml columns: per tile of GT heads, their m then their l.
         let m_col: i32 = pid.2 + (pid.2 / GT) * GT;
         let l_col: i32 = m_col + GT;
-        let sp: Partition<S, { [1] }> = sinks.partition(shape![1]);
-        let raw: Tile<S, { [1] }> = sp.load([pid.2]);
-        let sink_f: Tile<f32, { [1] }> = convert_tile(raw);
-        let log2e: Tile<f32, { [1] }> = constant(1.4426950408889634f32, shape![1]);
         // SAFETY: each view reads the kernel's own input tensors, which nothing writes while it runs.
         let m_chunk: Partition<f32, { [CH, 1, 1, 1] }> =
             unsafe { make_partition_view(ml_in, shape![CH, 1, 1, 1], padding::NegInf, dim_map::Identity, ml_in.token()) };
@@ -149,8 +145,8 @@ pub mod attention_sink_kernels {
             unsafe { make_partition_view(ml_in, shape![CH, 1, 1, 1], padding::Zero, dim_map::Identity, ml_in.token()) };
         let acc_chunk: Partition<f32, { [CH, 1, 1, D] }> =
             unsafe { make_partition_view(acc_in, shape![CH, 1, 1, D], padding::Zero, dim_map::Identity, acc_in.token()) };
-        // m starts at the sink (finite), so no exp2 below sees -inf - -inf.
-        let mut m: Tile<f32, { [1, 1] }> = (sink_f * log2e).reshape(shape![1, 1]);
+        // m starts at the sink (log2 units, finite), so no exp2 below sees -inf - -inf.
+        let mut m: Tile<f32, { [1, 1] }> = sink_rows::<S, 1, 1, 1>(sinks, pid.2);
         let mut l: Tile<f32, { [1, 1] }> = constant(1.0f32, shape![1, 1]);
         let mut acc: Tile<f32, { [1, D] }> = constant(0.0f32, shape![1, D]);
         for c in 0i32..ceil_div(splits, CH) {
