@@ -214,8 +214,7 @@ def _backward(
     x2, dy2, wc = _op.row_view(x, m, n), _op.row_view(dy, m, n), w.contiguous()
     index = _op.device_index(x)
     _device.prepare(index)
-    dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    dw = torch.empty((n,), dtype=w.dtype, device=x.device)
+    dx, dw = x.new_empty((m, n)), w.new_empty((n,))
     plans = _launch_backward(dx, dw, dy2, x2, wc, float(eps), float(offset), _config(x2, config, index, backward=True), index)
     in_place = (x2.data_ptr(), dy2.data_ptr(), wc.data_ptr()) == (x.data_ptr(), dy.data_ptr(), w.data_ptr())
     if key is not None and in_place:
